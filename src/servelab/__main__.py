@@ -1,0 +1,5 @@
+"""`python -m servelab` is the `servelab` command."""
+
+from servelab.cli import main
+
+main()

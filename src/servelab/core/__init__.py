@@ -1,0 +1,1 @@
+"""Errors, the clock and units shared by every other package."""
