@@ -1,0 +1,118 @@
+"""The launcher: readiness, start-up failures, and nothing left running after stop."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from servelab.core.errors import ConfigError, EngineLaunchError
+from servelab.engines.base import EngineSpec
+from servelab.engines.launcher import launch_engine
+from servelab.engines.registry import get_adapter, register
+
+# A server that forks a grandchild ignoring SIGTERM, answers /health after `delay` seconds
+# (never when delay < 0), and itself ignores SIGTERM when asked to.
+STUBBORN = textwrap.dedent(
+    """
+    import http.server, os, signal, subprocess, sys, time
+    port, delay, deaf = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "deaf"
+    subprocess.Popen([sys.executable, "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+    if deaf:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("stub starting", flush=True)
+    if delay < 0:
+        time.sleep(600)
+    time.sleep(delay)
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+        def log_message(self, *args):
+            pass
+    http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+    """
+)
+
+
+class StubAdapter:
+    name = "stub"
+    description = "a test server with a stubborn grandchild"
+    launches = True
+    health_path = "/health"
+    pinning_fields = frozenset()
+    has_tokenize = False
+
+    def prepare(self, spec: EngineSpec) -> EngineSpec:
+        return spec
+
+    def command(self, spec: EngineSpec, *, host: str, port: int) -> list[str]:
+        delay = str(spec.options.get("delay", 0))
+        deaf = "deaf" if spec.options.get("deaf") else "polite"
+        return [sys.executable, "-c", STUBBORN, str(port), delay, deaf]
+
+
+register(StubAdapter())
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("deaf", [False, True])
+def test_stop_leaves_no_process_of_the_group(tmp_path: Path, deaf: bool):
+    engine = launch_engine(
+        EngineSpec(engine="stub", options={"deaf": deaf}), log_path=tmp_path / "engine.log"
+    )
+    assert engine.url.startswith("http://127.0.0.1:")
+    pgid = engine.pid
+    assert group_alive(pgid)
+    engine.stop(grace_s=1.0)
+    assert not group_alive(pgid)
+    assert "stub starting" in (tmp_path / "engine.log").read_text()
+
+
+def test_engine_that_dies_while_starting_shows_its_last_log_lines(tmp_path: Path):
+    spec = EngineSpec(engine="sim", extra_args=["--no-such-flag"], startup_timeout_s=60)
+    with pytest.raises(EngineLaunchError) as caught:
+        launch_engine(spec, log_path=tmp_path / "engine.log")
+    assert "exited with code 2" in str(caught.value)
+    assert any("no-such-flag" in line for line in caught.value.log_tail)
+    assert caught.value.log_path == str(tmp_path / "engine.log")
+
+
+def test_start_up_timeout_stops_the_engine(tmp_path: Path):
+    spec = EngineSpec(engine="stub", options={"delay": -1}, startup_timeout_s=1.0)
+    with pytest.raises(EngineLaunchError, match="not ready after 1 s") as caught:
+        launch_engine(spec, log_path=tmp_path / "engine.log")
+    assert "stub starting" in caught.value.log_tail
+
+
+def test_slow_engine_is_waited_for(tmp_path: Path):
+    engine = launch_engine(
+        EngineSpec(engine="stub", options={"delay": 1.5}), log_path=tmp_path / "engine.log"
+    )
+    engine.stop(grace_s=1.0)
+
+
+def test_unknown_engine_names_the_closest():
+    with pytest.raises(ConfigError, match="did you mean 'embedded'"):
+        get_adapter("embeded")
+
+
+def test_engine_env_is_added_to_the_parents(tmp_path: Path, start_sim, monkeypatch):
+    monkeypatch.setenv("SERVELAB_PARENT_MARK", "1")
+    spec = EngineSpec(engine="stub", env={"SERVELAB_CHILD_MARK": "2"})
+    engine = launch_engine(spec, log_path=tmp_path / "engine.log")
+    try:
+        environ = Path(f"/proc/{engine.pid}/environ").read_bytes().split(b"\0")
+        assert b"SERVELAB_PARENT_MARK=1" in environ and b"SERVELAB_CHILD_MARK=2" in environ
+    finally:
+        engine.stop(grace_s=1.0)
