@@ -1,0 +1,294 @@
+"""The simulator's HTTP surface: OpenAI-compatible routes on top of the scheduler.
+
+Handlers only decide what to answer; a streamed answer is handed to the `Scheduler`,
+which writes its frames at their due times while the handler waits for it to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from pathlib import Path
+
+import orjson
+from aiohttp import web
+
+from servelab.core.clock import NS_PER_S, now_ns
+from servelab.sim.config import MAX_MODEL_LEN, SimConfig
+from servelab.sim.faults import NO_FAULT, Fault, FaultPicker
+from servelab.sim.parsing import (
+    GenerationRequest,
+    RequestError,
+    parse_generation,
+    parse_json,
+    prompt_token_ids,
+)
+from servelab.sim.responses import (
+    completion_body,
+    models_body,
+    n_chunks,
+    server_error_body,
+    stream_body,
+)
+from servelab.sim.scheduler import RequestInfo, Scheduler, Stream
+from servelab.sim.stats import SimCounters, SimStats
+from servelab.sim.timing import FixedTiming, TimedRequest, TimingSource
+from servelab.sim.truth import Outcome, TruthLog
+
+__all__ = ["REQUEST_ID_HEADER", "SimApp"]
+
+REQUEST_ID_HEADER = "X-Request-Id"
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""Long prompts are a legitimate workload; aiohttp's 1 MiB default is not enough."""
+_SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+
+
+class SimApp:
+    """One process's simulator: routes, fault picker, scheduler, counters, truth log.
+
+    `timing` replaces the fixed ttft/itl schedule the config describes.
+    """
+
+    def __init__(
+        self,
+        config: SimConfig,
+        *,
+        worker: int = 0,
+        record_path: Path | None,
+        timing: TimingSource | None = None,
+    ) -> None:
+        self._config = config
+        self._worker = worker
+        self._reject = frozenset(config.reject_fields)
+        self._timing = timing or FixedTiming.from_ms(ttft_ms=config.ttft_ms, itl_ms=config.itl_ms)
+        self._faults = FaultPicker(config, worker=worker)
+        self._ids = itertools.count()
+        self._counters = SimCounters(worker=worker)
+        self._truth = TruthLog(record_path) if record_path is not None else None
+        self._scheduler = Scheduler(
+            timing=self._timing, counters=self._counters, on_finish=self._on_finish
+        )
+        self._closing = False
+
+    def application(self) -> web.Application:
+        """The aiohttp application serving every route."""
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_get("/sim/stats", self._stats)
+        return app
+
+    def stats(self) -> SimStats:
+        """What this process has done so far."""
+        return self._counters.snapshot()
+
+    def abort_all(self) -> None:
+        """Refuse new work and cut every connection still being answered."""
+        self._closing = True
+        self._scheduler.stop()
+
+    def close(self) -> None:
+        """Flush and close the truth log."""
+        if self._truth is not None:
+            self._truth.close()
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        t_recv_ns = now_ns()
+        if self._closing:
+            return web.json_response({"error": {"message": "shutting down"}}, status=503)
+        request_id = request.headers.get(REQUEST_ID_HEADER) or self._new_request_id()
+        headers = {REQUEST_ID_HEADER: request_id}
+        self._counters.requests_total += 1
+        try:
+            body = parse_json(await request.read())
+            generation = parse_generation(body, chat=chat, reject_fields=self._reject)
+        except RequestError as exc:
+            info = RequestInfo(request_id, request.path, False, NO_FAULT)
+            self._record_unanswered(info, t_recv_ns, exc.status, Outcome.REJECTED)
+            return web.json_response(exc.payload, status=exc.status, headers=headers)
+        count = n_chunks(generation.max_tokens, self._config.tokens_per_chunk)
+        fault = self._faults.pick(stream=generation.stream, n_chunks=count)
+        info = RequestInfo(request_id, request.path, generation.stream, fault)
+        timed = TimedRequest(t_recv_ns, generation.prompt_tokens, generation.max_tokens, count)
+        if fault.kind is not Fault.NONE:
+            self._counters.faults[fault.kind.value] += 1
+        if fault.kind is Fault.FAIL:
+            self._record_unanswered(info, t_recv_ns, 500, Outcome.FAILED, timed.prompt_tokens)
+            return web.Response(
+                status=500,
+                body=server_error_body(),
+                content_type="application/json",
+                headers=headers,
+            )
+        transport = request.transport
+        if transport is None or transport.is_closing():  # left while we read the body
+            self._record_unanswered(info, t_recv_ns, 0, Outcome.DISCONNECTED, timed.prompt_tokens)
+            return web.Response(status=499)  # never delivered
+        if generation.stream:
+            return await self._stream(request, transport, generation, info, timed, headers)
+        return await self._answer(request, transport, generation, info, timed, headers)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        transport: asyncio.Transport,
+        generation: GenerationRequest,
+        info: RequestInfo,
+        timed: TimedRequest,
+        headers: dict[str, str],
+    ) -> web.StreamResponse:
+        body = stream_body(
+            generation, config=self._config, request_id=info.request_id, created=int(time.time())
+        )
+        response = web.StreamResponse(headers=_SSE_HEADERS | headers)
+        response.enable_chunked_encoding()
+        await response.prepare(request)  # sends the headers now: a stream answers at once
+        if body.head:
+            transport.write(body.head)
+        stream = Stream(
+            info=info,
+            timed=timed,
+            transport=transport,
+            frames=body.frames,
+            tokens_per_chunk=self._config.tokens_per_chunk,
+        )
+        self._scheduler.start(stream)
+        await self._until_done(stream)
+        return response  # aiohttp ends the chunked body (or notes the aborted connection)
+
+    async def _answer(
+        self,
+        request: web.Request,
+        transport: asyncio.Transport,
+        generation: GenerationRequest,
+        info: RequestInfo,
+        timed: TimedRequest,
+        headers: dict[str, str],
+    ) -> web.StreamResponse:
+        """A non-streaming answer, sent whole when its last chunk would have been due."""
+        stream = Stream(
+            info=info,
+            timed=timed,
+            transport=transport,
+            frames=[],
+            tokens_per_chunk=generation.max_tokens,
+        )
+        self._scheduler.track(stream)
+        if info.fault.kind is Fault.STALL:
+            await self._until_done(stream)  # only a disconnect or shutdown ends it
+            return web.Response(status=503)  # never delivered: the connection is gone
+        due_ns = self._timing.due_ns(timed, timed.n_chunks - 1)
+        try:
+            await asyncio.sleep(max(due_ns - now_ns(), 0) / NS_PER_S)
+        except asyncio.CancelledError:
+            self._scheduler.finish(stream, Outcome.DISCONNECTED)
+            raise
+        body = completion_body(
+            generation, config=self._config, request_id=info.request_id, created=int(time.time())
+        )
+        response = web.Response(body=body, content_type="application/json", headers=headers)
+        self._scheduler.answered(stream, due_ns)
+        await response.prepare(request)
+        await response.write_eof()
+        self._scheduler.finish(stream, Outcome.COMPLETE)
+        return response
+
+    def _new_request_id(self) -> str:
+        return f"sim-{self._worker}-{next(self._ids)}"
+
+    async def _until_done(self, stream: Stream) -> None:
+        try:
+            await stream.done
+        except asyncio.CancelledError:  # the client left (aiohttp cancels the handler)
+            self._scheduler.finish(stream, Outcome.DISCONNECTED)
+            raise
+
+    async def _models(self, _request: web.Request) -> web.Response:
+        body = models_body(self._config, created=int(time.time()))
+        return web.Response(body=body, content_type="application/json")
+
+    async def _health(self, _request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        try:
+            body = parse_json(await request.read())
+            ids = prompt_token_ids(body, chat="messages" in body)
+        except RequestError as exc:
+            return web.json_response(exc.payload, status=exc.status)
+        payload = {"tokens": ids, "count": len(ids), "max_model_len": MAX_MODEL_LEN}
+        return web.Response(body=orjson.dumps(payload), content_type="application/json")
+
+    async def _stats(self, _request: web.Request) -> web.Response:
+        return web.Response(body=self.stats().model_dump_json(), content_type="application/json")
+
+    def _on_finish(self, stream: Stream) -> None:
+        outcome = stream.outcome
+        assert outcome is not None
+        self._record(
+            stream.info,
+            status=200 if stream.info.stream or outcome is Outcome.COMPLETE else 0,
+            outcome=outcome,
+            t_recv_ns=stream.timed.t_recv_ns,
+            t_done_ns=stream.t_done_ns,
+            prompt_tokens=stream.timed.prompt_tokens,
+            stream=stream,
+        )
+
+    def _record_unanswered(
+        self,
+        info: RequestInfo,
+        t_recv_ns: int,
+        status: int,
+        outcome: Outcome,
+        prompt_tokens: int = 0,
+    ) -> None:
+        self._record(
+            info,
+            status=status,
+            outcome=outcome,
+            t_recv_ns=t_recv_ns,
+            t_done_ns=now_ns(),
+            prompt_tokens=prompt_tokens,
+            stream=None,
+        )
+
+    def _record(
+        self,
+        info: RequestInfo,
+        *,
+        status: int,
+        outcome: Outcome,
+        t_recv_ns: int,
+        t_done_ns: int,
+        prompt_tokens: int,
+        stream: Stream | None,
+    ) -> None:
+        self._counters.outcomes[outcome.value] += 1
+        if self._truth is None:
+            return
+        self._truth.add(
+            request_id=info.request_id,
+            endpoint=info.endpoint,
+            stream=info.stream,
+            status=status,
+            fault=info.fault.kind,
+            outcome=outcome,
+            t_recv_ns=t_recv_ns,
+            t_done_ns=t_done_ns,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=stream.tokens_sent if stream else 0,
+            tokens_per_chunk=(stream or self._config).tokens_per_chunk,
+            chunk_sent_ns=stream.sent_ns if stream else [],
+            chunk_lag_ns=stream.lag_ns if stream else [],
+        )

@@ -1,0 +1,148 @@
+"""Reading OpenAI-style request bodies into what the simulator needs to answer them.
+
+The token model is deliberately simple so a client can predict it: one token is one
+whitespace-separated word of the prompt (chat: of the message contents joined), or one
+id when the prompt is a list of token ids.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from servelab.sim.config import DEFAULT_MAX_TOKENS
+
+__all__ = [
+    "GenerationRequest",
+    "RequestError",
+    "parse_generation",
+    "parse_json",
+    "prompt_token_ids",
+]
+
+VOCAB_SIZE = 32_000
+"""Word token ids are a hash of the word modulo this; only their count matters."""
+
+
+class RequestError(Exception):
+    """A request answered with an error status and JSON body instead of tokens."""
+
+    def __init__(self, status: int, payload: dict[str, Any]) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.payload = payload
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One chat or completions request, reduced to what shapes the answer."""
+
+    chat: bool
+    stream: bool
+    include_usage: bool
+    prompt_tokens: int
+    max_tokens: int
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise _invalid(f"body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise _invalid("body must be a JSON object")
+    return body
+
+
+def parse_generation(
+    body: dict[str, Any], *, chat: bool, reject_fields: Collection[str]
+) -> GenerationRequest:
+    """Validate a generation request; fields in `reject_fields` get transformers' 422."""
+    unexpected = sorted(name for name in body if name in reject_fields)
+    if unexpected:
+        names = ", ".join(repr(name) for name in unexpected)
+        raise RequestError(422, {"detail": f"Unexpected fields in the request: {{{names}}}"})
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise _invalid("'stream' must be a boolean")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise _invalid("'stream_options' must be an object")
+    return GenerationRequest(
+        chat=chat,
+        stream=stream,
+        include_usage=options.get("include_usage") is True,
+        prompt_tokens=_prompt_token_count(body, chat=chat),
+        max_tokens=_max_tokens(body),
+    )
+
+
+def prompt_token_ids(body: dict[str, Any], *, chat: bool) -> list[int]:
+    """The prompt's token ids under the one-word-one-token model."""
+    prompt = _prompt(body, chat=chat)
+    if isinstance(prompt, str):
+        return [zlib.crc32(word.encode()) % VOCAB_SIZE for word in prompt.split()]
+    return prompt
+
+
+def _prompt_token_count(body: dict[str, Any], *, chat: bool) -> int:
+    """len(prompt_token_ids(...)) without hashing every word."""
+    prompt = _prompt(body, chat=chat)
+    return len(prompt.split()) if isinstance(prompt, str) else len(prompt)
+
+
+def _prompt(body: dict[str, Any], *, chat: bool) -> str | list[int]:
+    """The prompt as text, or as the token ids the client sent."""
+    if chat:
+        return _chat_text(body.get("messages"))
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and all(_is_int(item) for item in prompt):
+        return prompt
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        return prompt[0]
+    raise _invalid("'prompt' must be a string, a list of one string, or a list of token ids")
+
+
+def _chat_text(messages: object) -> str:
+    if not isinstance(messages, list) or not messages:
+        raise _invalid("'messages' must be a non-empty list")
+    texts: list[str] = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts.extend(
+                part["text"]
+                for part in content
+                if isinstance(part, dict) and isinstance(part.get("text"), str)
+            )
+    return " ".join(texts)
+
+
+def _max_tokens(body: dict[str, Any]) -> int:
+    value = body.get("max_completion_tokens")
+    if value is None:
+        value = body.get("max_tokens")
+    if value is None:
+        return DEFAULT_MAX_TOKENS
+    if not _is_int(value) or value < 1:
+        raise _invalid("'max_tokens' must be a positive integer")
+    return int(value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _invalid(message: str) -> RequestError:
+    return RequestError(
+        400, {"error": {"message": message, "type": "invalid_request_error", "code": 400}}
+    )

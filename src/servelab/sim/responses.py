@@ -1,0 +1,189 @@
+"""Response bytes, encoded once per request so sending a chunk is one transport write.
+
+A streamed answer is a list of frames, one per text chunk, each already framed as an
+HTTP/1.1 chunk (`size\\r\\n data \\r\\n`) around an SSE event (`data: {json}\\n\\n`).
+Chunks of one request differ only in a few shapes (reasoning or content, first, last),
+so each shape is serialized once and the list holds references to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from servelab.sim.config import MAX_MODEL_LEN, SimConfig
+from servelab.sim.parsing import GenerationRequest
+
+__all__ = [
+    "DONE_EVENT",
+    "FINISH_REASON",
+    "MALFORMED_FRAME",
+    "TOKEN_TEXT",
+    "StreamBody",
+    "completion_body",
+    "http_chunk",
+    "models_body",
+    "n_chunks",
+    "server_error_body",
+    "stream_body",
+]
+
+TOKEN_TEXT = " tok"
+"""Every output token; a leading space so tokens join into words."""
+FINISH_REASON = "length"
+"""Outputs always run to max_tokens, as if ignore_eos were set."""
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+def http_chunk(payload: bytes) -> bytes:
+    """One HTTP/1.1 chunk of a chunked body."""
+    return b"%x\r\n%b\r\n" % (len(payload), payload)
+
+
+MALFORMED_FRAME = http_chunk(b'data: {"choices": [\n\n')
+"""The broken event of the malformed fault: JSON cut short."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamBody:
+    """A streamed answer: `head` goes out with the headers, `frames[k]` at chunk k's due time.
+
+    The last frame also carries the usage event (when asked for) and `[DONE]`.
+    """
+
+    head: bytes
+    frames: list[bytes]
+
+
+def n_chunks(max_tokens: int, tokens_per_chunk: int) -> int:
+    """Text chunks needed for `max_tokens` tokens; the last may carry fewer."""
+    return -(-max_tokens // tokens_per_chunk)
+
+
+def stream_body(
+    request: GenerationRequest, *, config: SimConfig, request_id: str, created: int
+) -> StreamBody:
+    """All frames of one streamed answer."""
+    base = _base(request, config=config, request_id=request_id, created=created, stream=True)
+    reasoning = config.reasoning_tokens if request.chat else 0
+    role_in_head = request.chat and config.role_chunk
+    role_in_first = request.chat and not config.role_chunk
+    head = b""
+    if role_in_head:
+        head = _event(base, [_choice_chunk(True, {"role": "assistant"}, None)])
+    count = n_chunks(request.max_tokens, config.tokens_per_chunk)
+    encoded: dict[tuple[int, int, bool, bool], bytes] = {}
+
+    def frame(k: int) -> bytes:
+        start = k * config.tokens_per_chunk
+        end = min(request.max_tokens, start + config.tokens_per_chunk)
+        n_reasoning = max(0, min(end, reasoning) - start)
+        shape = (n_reasoning, end - start - n_reasoning, role_in_first and k == 0, k == count - 1)
+        if shape not in encoded:
+            encoded[shape] = _text_frame(base, request, config, shape)
+        return encoded[shape]
+
+    # Only the first, the last and the chunk where reasoning turns to content differ from
+    # their neighbours; the runs between them repeat one frame.
+    frames: list[bytes] = []
+    for special in sorted({0, min(reasoning // config.tokens_per_chunk, count - 1), count - 1}):
+        if len(frames) < special:
+            frames += [frame(len(frames))] * (special - len(frames))
+        frames.append(frame(special))
+    return StreamBody(head=head, frames=frames)
+
+
+def completion_body(
+    request: GenerationRequest, *, config: SimConfig, request_id: str, created: int
+) -> bytes:
+    """The JSON answer of a non-streaming request."""
+    body = _base(request, config=config, request_id=request_id, created=created, stream=False)
+    reasoning = min(config.reasoning_tokens, request.max_tokens) if request.chat else 0
+    if request.chat:
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": TOKEN_TEXT * (request.max_tokens - reasoning),
+        }
+        if reasoning:
+            message["reasoning_content"] = TOKEN_TEXT * reasoning
+        choice: dict[str, Any] = {"index": 0, "message": message}
+    else:
+        choice = {"index": 0, "text": TOKEN_TEXT * request.max_tokens}
+    choice |= {"logprobs": None, "finish_reason": FINISH_REASON}
+    body["choices"] = [choice]
+    if config.send_usage:
+        body["usage"] = _usage(request)
+    return orjson.dumps(body)
+
+
+def server_error_body() -> bytes:
+    """The JSON body of the fail fault's HTTP 500."""
+    error = {"message": "simulated server error", "type": "server_error", "code": 500}
+    return orjson.dumps({"error": error})
+
+
+def models_body(config: SimConfig, *, created: int) -> bytes:
+    """GET /v1/models: the one model."""
+    model = {
+        "id": config.model,
+        "object": "model",
+        "created": created,
+        "owned_by": "servelab",
+        "max_model_len": MAX_MODEL_LEN,
+    }
+    return orjson.dumps({"object": "list", "data": [model]})
+
+
+def _base(
+    request: GenerationRequest, *, config: SimConfig, request_id: str, created: int, stream: bool
+) -> dict[str, Any]:
+    if request.chat:
+        response_id = f"chatcmpl-{request_id}"
+        kind = "chat.completion.chunk" if stream else "chat.completion"
+    else:
+        response_id, kind = f"cmpl-{request_id}", "text_completion"
+    return {"id": response_id, "object": kind, "created": created, "model": config.model}
+
+
+def _text_frame(
+    base: dict[str, Any],
+    request: GenerationRequest,
+    config: SimConfig,
+    shape: tuple[int, int, bool, bool],
+) -> bytes:
+    n_reasoning, n_content, with_role, last = shape
+    finish = FINISH_REASON if last else None
+    if request.chat:
+        delta: dict[str, str] = {"role": "assistant"} if with_role else {}
+        if n_reasoning:
+            delta["reasoning_content"] = TOKEN_TEXT * n_reasoning
+        if n_content:
+            delta["content"] = TOKEN_TEXT * n_content
+        choice = _choice_chunk(True, delta, finish)
+    else:
+        choice = _choice_chunk(False, TOKEN_TEXT * n_content, finish)
+    frame = _event(base, [choice])
+    if not last:
+        return frame
+    if request.include_usage and config.send_usage:
+        frame += _event(base, [], usage=_usage(request))
+    return frame + http_chunk(DONE_EVENT)
+
+
+def _choice_chunk(chat: bool, delta: dict[str, str] | str, finish: str | None) -> dict[str, Any]:
+    key = "delta" if chat else "text"
+    return {"index": 0, key: delta, "logprobs": None, "finish_reason": finish}
+
+
+def _event(base: dict[str, Any], choices: list[dict[str, Any]], **extra: Any) -> bytes:
+    return http_chunk(b"data: " + orjson.dumps({**base, "choices": choices, **extra}) + b"\n\n")
+
+
+def _usage(request: GenerationRequest) -> dict[str, int]:
+    return {
+        "prompt_tokens": request.prompt_tokens,
+        "completion_tokens": request.max_tokens,
+        "total_tokens": request.prompt_tokens + request.max_tokens,
+    }
