@@ -1,0 +1,255 @@
+"""Computes a level's summary from its request records: one pure function.
+
+Every definition here is the metrics contract of docs/METRICS.md; a test checks each
+summary field is documented there.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from servelab.bench.load import LevelSpec, LoadMode
+from servelab.bench.records import ErrorKind, OutputTokenSource, RequestRecord
+from servelab.bench.results import ClientStats, LevelSummary
+from servelab.core.clock import NS_PER_MS, NS_PER_S
+
+__all__ = [
+    "CLIENT_BOUND_CPU_PCT",
+    "CLIENT_BOUND_LAG_MS",
+    "WorkerStats",
+    "compute_level",
+    "itl_per_token_ns",
+]
+
+CLIENT_BOUND_LAG_MS = 5.0
+CLIENT_BOUND_CPU_PCT = 90.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStats:
+    """What one worker process measured about itself during a level."""
+
+    worker: int
+    loop_lag_p99_ns: int
+    cpu_s: float
+    wall_s: float
+
+
+def compute_level(
+    records: Sequence[RequestRecord],
+    *,
+    level: LevelSpec,
+    workers: Sequence[WorkerStats],
+    slo_ms: dict[str, float] | None = None,
+    interrupted: bool = False,
+    notes: Sequence[str] = (),
+) -> LevelSummary:
+    """The summary of one level from its records (warm-up records are ignored)."""
+    measured = [r for r in records if not r.warmup]
+    warmups = sum(1 for r in records if r.warmup)
+    live = [r for r in measured if r.error_kind is not ErrorKind.CANCELLED]
+    done = [r for r in live if r.ok]
+    failed = [r for r in live if not r.ok]
+
+    duration_s = _duration_s(live)
+    ttft = [_ttft_ns(r) for r in done]
+    ttft_ms = [t / NS_PER_MS for t in ttft if t is not None]
+    e2e_ms = [_e2e_ns(r) / NS_PER_MS for r in done]
+    tpot_ms = [
+        (_e2e_ns(r) - t) / NS_PER_MS / (r.output_tokens - 1)
+        for r, t in zip(done, ttft, strict=True)
+        if t is not None and r.output_tokens > 1
+    ]
+    itl_ms = [gap / NS_PER_MS for r in done for gap in itl_per_token_ns(r)]
+
+    input_tokens, input_source = _input_tokens(done)
+    output_tokens = sum(r.output_tokens for r in done)
+    per_s = 1.0 / duration_s if duration_s > 0 else 0.0
+
+    goodput, good_fraction = _goodput(done, len(done) + len(failed), duration_s, slo_ms)
+    return LevelSummary(
+        level=level.index,
+        load_mode=level.mode.value,
+        max_concurrency=level.concurrency,
+        request_rate=level.rate,
+        burstiness=level.burstiness if level.mode is LoadMode.REQUEST_RATE else None,
+        num_requests=len(measured),
+        warmup_requests=warmups,
+        interrupted=interrupted,
+        completed=len(done),
+        failed=len(failed),
+        cancelled=len(measured) - len(live),
+        errors=dict(Counter(str(r.error_kind) for r in failed)),
+        error_examples=_first_errors(failed),
+        duration=duration_s,
+        total_input_tokens=input_tokens,
+        total_output_tokens=output_tokens,
+        input_token_source=input_source,
+        output_tokens_estimated=any(
+            r.output_token_source is OutputTokenSource.CHUNKS for r in done
+        ),
+        request_throughput=len(done) * per_s,
+        input_throughput=input_tokens * per_s,
+        output_throughput=output_tokens * per_s,
+        total_throughput=(input_tokens + output_tokens) * per_s,
+        **_stats("ttft_ms", ttft_ms),
+        **_stats("tpot_ms", tpot_ms),
+        **_stats("itl_ms", itl_ms),
+        **_stats("e2e_latency_ms", e2e_ms),
+        concurrency=sum(e2e_ms) / 1e3 * per_s,
+        max_concurrent_requests=_max_in_flight(live),
+        max_output_tokens_per_s=_max_tokens_in_a_second(done),
+        single_stream_tok_s=_single_stream(done, level),
+        slo_ms=slo_ms,
+        request_goodput=goodput,
+        good_fraction=good_fraction,
+        client=_client_stats(measured, workers),
+        notes=list(notes),
+    )
+
+
+def itl_per_token_ns(record: RequestRecord) -> list[float]:
+    """Gaps between consecutive text chunks, one value per token.
+
+    A gap before a chunk carrying k tokens counts k times as gap/k; the gap before a
+    chunk carrying none is carried into the next chunk's gap.
+    """
+    offsets = record.chunk_offsets_ns
+    tokens = record.chunk_tokens
+    gaps: list[float] = []
+    carried = 0
+    for i in range(1, len(offsets)):
+        gap = offsets[i] - offsets[i - 1] + carried
+        k = 1 if tokens is None else tokens[i]
+        if k <= 0:
+            carried = gap
+            continue
+        carried = 0
+        gaps.extend([gap / k] * k)
+    return gaps
+
+
+def _first_errors(failed: Sequence[RequestRecord]) -> dict[str, str]:
+    examples: dict[str, str] = {}
+    for r in failed:
+        examples.setdefault(str(r.error_kind), r.error or "")
+    return examples
+
+
+def _ttft_ns(r: RequestRecord) -> int | None:
+    return r.chunk_offsets_ns[0] if r.chunk_offsets_ns else None
+
+
+def _e2e_ns(r: RequestRecord) -> int:
+    """Last text chunk minus t_send; a non-streamed response ends when its body does."""
+    return r.chunk_offsets_ns[-1] if r.chunk_offsets_ns else r.t_end_ns - r.t_send_ns
+
+
+def _duration_s(records: Sequence[RequestRecord]) -> float:
+    if not records:
+        return 0.0
+    start = min(r.t_send_ns for r in records)
+    end = max(r.t_end_ns for r in records)
+    return max(end - start, 0) / NS_PER_S
+
+
+def _stats(name: str, values_ms: list[float]) -> dict[str, float | None]:
+    keys = ("mean", "median", "std", "p90", "p95", "p99")
+    if not values_ms:
+        return {f"{key}_{name}": None for key in keys}
+    arr = np.asarray(values_ms, dtype=np.float64)
+    p90, p95, p99 = np.percentile(arr, [90, 95, 99])
+    values = (arr.mean(), np.median(arr), arr.std(), p90, p95, p99)
+    return {f"{key}_{name}": float(v) for key, v in zip(keys, values, strict=True)}
+
+
+def _input_tokens(done: Sequence[RequestRecord]) -> tuple[int, str]:
+    from_usage = sum(1 for r in done if r.prompt_tokens is not None)
+    total = sum(
+        r.prompt_tokens if r.prompt_tokens is not None else (r.input_tokens_target or 0)
+        for r in done
+    )
+    if from_usage == len(done):
+        return total, "usage"
+    return total, "workload" if from_usage == 0 else "mixed"
+
+
+def _max_in_flight(records: Sequence[RequestRecord]) -> int:
+    """Exact maximum overlap of [t_send, t_end] intervals; an end before a start at a tie."""
+    events = sorted([(r.t_send_ns, 1) for r in records] + [(r.t_end_ns, -1) for r in records])
+    peak = current = 0
+    for _, step in events:
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
+def _max_tokens_in_a_second(done: Sequence[RequestRecord]) -> float:
+    if not done:
+        return 0.0
+    start = min(r.t_send_ns for r in done)
+    buckets: Counter[int] = Counter()
+    for r in done:
+        if not r.chunk_offsets_ns:
+            buckets[(r.t_end_ns - start) // NS_PER_S] += r.output_tokens
+            continue
+        for i, offset in enumerate(r.chunk_offsets_ns):
+            k = 1 if r.chunk_tokens is None else r.chunk_tokens[i]
+            buckets[(r.t_send_ns + offset - start) // NS_PER_S] += k
+    return float(max(buckets.values()))
+
+
+def _single_stream(done: Sequence[RequestRecord], level: LevelSpec) -> float | None:
+    if level.concurrency != 1 or not done:
+        return None
+    rates = [r.output_tokens / (_e2e_ns(r) / NS_PER_S) for r in done if _e2e_ns(r) > 0]
+    return float(np.mean(rates)) if rates else None
+
+
+def _goodput(
+    done: Sequence[RequestRecord], attempted: int, duration_s: float, slo_ms: dict | None
+) -> tuple[float | None, float | None]:
+    if not slo_ms:
+        return None, None
+    good = 0
+    for r in done:
+        ttft = _ttft_ns(r)
+        e2e = _e2e_ns(r)
+        observed = {
+            "ttft": None if ttft is None else ttft / NS_PER_MS,
+            "e2e": e2e / NS_PER_MS,
+            "tpot": (e2e - ttft) / NS_PER_MS / (r.output_tokens - 1)
+            if ttft is not None and r.output_tokens > 1
+            else 0.0,
+        }
+        if all(observed[k] is not None and observed[k] <= v for k, v in slo_ms.items()):
+            good += 1
+    rate = good / duration_s if duration_s > 0 else 0.0
+    return rate, (good / attempted if attempted else 0.0)
+
+
+def _client_stats(measured: Sequence[RequestRecord], workers: Sequence[WorkerStats]) -> ClientStats:
+    lags = np.asarray(
+        [max(r.t_send_ns - r.t_scheduled_ns - r.connect_ns, 0) for r in measured], dtype=float
+    )
+    p99_lag = float(np.percentile(lags, 99)) / NS_PER_MS if lags.size else 0.0
+    max_lag = float(lags.max()) / NS_PER_MS if lags.size else 0.0
+    loop_lag = max((w.loop_lag_p99_ns for w in workers), default=0) / NS_PER_MS
+    cpu = max((100.0 * w.cpu_s / w.wall_s for w in workers if w.wall_s > 0), default=0.0)
+    bound = (
+        p99_lag > CLIENT_BOUND_LAG_MS
+        or loop_lag > CLIENT_BOUND_LAG_MS
+        or cpu > CLIENT_BOUND_CPU_PCT
+    )
+    return ClientStats(
+        workers=len(workers),
+        p99_schedule_lag_ms=p99_lag,
+        max_schedule_lag_ms=max_lag,
+        p99_loop_lag_ms=loop_lag,
+        max_cpu_pct=cpu,
+        client_bound=bound,
+    )

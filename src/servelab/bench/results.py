@@ -1,0 +1,173 @@
+"""Typed results of a benchmark: one summary per load level, and the run around them.
+
+Field names follow SGLang `bench_serving`'s result keys where one exists, so results
+line up with theirs; every field's definition is in its description and in
+docs/METRICS.md (a test checks the two agree).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["SCHEMA", "BenchSummary", "ClientStats", "LevelSummary", "RunInfo"]
+
+SCHEMA = "servelab.bench/1"
+
+_STAT_NAMES = {"mean": "mean", "median": "median", "std": "standard deviation"}
+
+
+def _stat(stat: str, metric: str) -> str:
+    return f"{_STAT_NAMES.get(stat, stat)} of {metric}, over completed requests, in ms."
+
+
+class ClientStats(BaseModel):
+    """How hard the load generator itself worked during one level."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workers: int = Field(description="Client worker processes that sent this level.")
+    p99_schedule_lag_ms: float = Field(
+        description="p99 of t_send - t_scheduled, less time spent opening connections: how "
+        "late requests left the client, in ms."
+    )
+    max_schedule_lag_ms: float = Field(description="Largest schedule lag of the level, in ms.")
+    p99_loop_lag_ms: float = Field(
+        description="p99 event-loop lag (a 10 ms timer's overshoot), worst worker, in ms."
+    )
+    max_cpu_pct: float = Field(
+        description="CPU time / wall time of the busiest worker during the level, in % of a core."
+    )
+    client_bound: bool = Field(
+        description="True when p99 schedule or loop lag exceeds 5 ms or a worker used over 90% "
+        "of a core: the client may have limited the measurement."
+    )
+
+
+class LevelSummary(BaseModel):
+    """Everything measured at one load level (one concurrency or one request rate)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    level: int = Field(description="Position of this level in the sweep, from 0.")
+    load_mode: Literal["concurrency", "request_rate"] = Field(
+        description="Closed loop (a fixed number of requests in flight) or open loop (arrivals)."
+    )
+    max_concurrency: int | None = Field(
+        description="Closed loop: requests kept in flight. None in open loop."
+    )
+    request_rate: float | None = Field(
+        description="Open loop: mean arrival rate in requests/s. None in closed loop."
+    )
+    burstiness: float | None = Field(
+        description="Open loop: gamma shape of inter-arrival times (1.0 = Poisson)."
+    )
+    num_requests: int = Field(description="Measured requests sent (warm-up excluded).")
+    warmup_requests: int = Field(description="Warm-up requests sent before the level, excluded.")
+    interrupted: bool = Field(description="True when the level was cut short by Ctrl-C.")
+    completed: int = Field(description="Requests that finished with generated text.")
+    failed: int = Field(description="Requests that failed, all kinds together.")
+    cancelled: int = Field(description="Requests still in flight when the run was interrupted.")
+    errors: dict[str, int] = Field(description="Failed requests by kind (http, timeout, ...).")
+    error_examples: dict[str, str] = Field(
+        description="The first error message seen for each kind of failure."
+    )
+    duration: float = Field(
+        description="First measured t_send to last measured completion, in s (warm-up excluded)."
+    )
+    total_input_tokens: int = Field(
+        description="Prompt tokens of completed requests: the server's usage.prompt_tokens, "
+        "else the workload's count."
+    )
+    total_output_tokens: int = Field(
+        description="Output tokens of completed requests: usage.completion_tokens, else a "
+        "local tokenizer's count, else the number of text chunks."
+    )
+    input_token_source: Literal["usage", "workload", "mixed"] = Field(
+        description="Where total_input_tokens came from."
+    )
+    output_tokens_estimated: bool = Field(
+        description="True when some output counts are text-chunk counts (no usage, no tokenizer)."
+    )
+    request_throughput: float = Field(description="completed / duration, in requests/s.")
+    input_throughput: float = Field(description="total_input_tokens / duration, in tokens/s.")
+    output_throughput: float = Field(description="total_output_tokens / duration, in tokens/s.")
+    total_throughput: float = Field(
+        description="(total_input_tokens + total_output_tokens) / duration, in tokens/s."
+    )
+    mean_ttft_ms: float | None = Field(description=_stat("mean", "TTFT"))
+    median_ttft_ms: float | None = Field(description=_stat("median", "TTFT"))
+    std_ttft_ms: float | None = Field(description=_stat("std", "TTFT"))
+    p90_ttft_ms: float | None = Field(description=_stat("p90", "TTFT"))
+    p95_ttft_ms: float | None = Field(description=_stat("p95", "TTFT"))
+    p99_ttft_ms: float | None = Field(description=_stat("p99", "TTFT"))
+    mean_tpot_ms: float | None = Field(description=_stat("mean", "TPOT"))
+    median_tpot_ms: float | None = Field(description=_stat("median", "TPOT"))
+    std_tpot_ms: float | None = Field(description=_stat("std", "TPOT"))
+    p90_tpot_ms: float | None = Field(description=_stat("p90", "TPOT"))
+    p95_tpot_ms: float | None = Field(description=_stat("p95", "TPOT"))
+    p99_tpot_ms: float | None = Field(description=_stat("p99", "TPOT"))
+    mean_itl_ms: float | None = Field(description=_stat("mean", "ITL (per token)"))
+    median_itl_ms: float | None = Field(description=_stat("median", "ITL (per token)"))
+    std_itl_ms: float | None = Field(description=_stat("std", "ITL (per token)"))
+    p90_itl_ms: float | None = Field(description=_stat("p90", "ITL (per token)"))
+    p95_itl_ms: float | None = Field(description=_stat("p95", "ITL (per token)"))
+    p99_itl_ms: float | None = Field(description=_stat("p99", "ITL (per token)"))
+    mean_e2e_latency_ms: float | None = Field(description=_stat("mean", "E2E latency"))
+    median_e2e_latency_ms: float | None = Field(description=_stat("median", "E2E latency"))
+    std_e2e_latency_ms: float | None = Field(description=_stat("std", "E2E latency"))
+    p90_e2e_latency_ms: float | None = Field(description=_stat("p90", "E2E latency"))
+    p95_e2e_latency_ms: float | None = Field(description=_stat("p95", "E2E latency"))
+    p99_e2e_latency_ms: float | None = Field(description=_stat("p99", "E2E latency"))
+    concurrency: float = Field(
+        description="Mean requests in flight by Little's law: sum of E2E / duration."
+    )
+    max_concurrent_requests: int = Field(
+        description="Most requests in flight at one instant, from an exact sweep of intervals."
+    )
+    max_output_tokens_per_s: float = Field(
+        description="Most output tokens arriving within one 1-second bucket of the level."
+    )
+    single_stream_tok_s: float | None = Field(
+        description="Closed loop at concurrency 1 only: mean of output tokens / E2E, in tokens/s."
+    )
+    slo_ms: dict[str, float] | None = Field(description="The SLOs goodput was judged against.")
+    request_goodput: float | None = Field(
+        description="Requests meeting every SLO per second of duration, in requests/s."
+    )
+    good_fraction: float | None = Field(
+        description="Requests meeting every SLO / (completed + failed)."
+    )
+    client: ClientStats = Field(description="The load generator's own lag and CPU use.")
+    notes: list[str] = Field(default_factory=list, description="Caveats about this level.")
+
+
+class RunInfo(BaseModel):
+    """What was run, where, and with which software."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    command: list[str]
+    started_utc: str
+    servelab_version: str
+    versions: dict[str, str]
+    git_sha: str | None
+    host: dict[str, str | int]
+    target: dict[str, str | bool | list[str] | None]
+    workload: dict[str, str | int | float | bool | None]
+    load: dict[str, str | int | float | list[float] | None]
+    notes: list[str] = Field(default_factory=list)
+
+
+class BenchSummary(BaseModel):
+    """The document written to summary.json and printed by --json."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_: str = Field(default=SCHEMA, alias="schema")
+    status: Literal["running", "complete", "interrupted", "failed"]
+    run: RunInfo
+    levels: list[LevelSummary]
+    engine: dict[str, str | int | list[str] | None] | None = None

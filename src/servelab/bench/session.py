@@ -1,0 +1,324 @@
+"""A whole benchmark: preflight, workloads, one level after the other, results on disk.
+
+`run_bench` writes as it goes: requests.jsonl grows with every batch of finished
+requests, summary.json is replaced after every level, and the catalogue row is
+updated at the start and the end. Ctrl-C keeps all of it and raises `Interrupted`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from servelab import __version__
+from servelab.bench.endpoint import (
+    DEFAULT_STALL_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    Api,
+    EndpointConfig,
+)
+from servelab.bench.events import BenchEvent, LevelFinished, Notice
+from servelab.bench.load import LevelSpec, LoadMode
+from servelab.bench.metrics import compute_level
+from servelab.bench.preflight import Preflight, run_preflight
+from servelab.bench.records import RequestRecord
+from servelab.bench.results import BenchSummary, LevelSummary, RunInfo
+from servelab.bench.runner import run_level
+from servelab.bench.tokens import ServerTokenizer, TokenCounter
+from servelab.bench.workload import WorkloadSpec, build_requests
+from servelab.core.errors import Interrupted
+from servelab.core.provenance import git_sha, host_facts, versions
+from servelab.engines.base import PINNING_FIELDS
+from servelab.store import CatalogRow, RunDir, default_run_name, record_run
+
+__all__ = ["DEFAULT_WARMUP", "BenchConfig", "BenchOutcome", "default_num_requests", "run_bench"]
+
+DEFAULT_WARMUP = 1
+_MIN_REQUESTS = 16
+_REQUESTS_PER_STREAM = 4
+_OPEN_LOOP_SECONDS = 30
+_MIN_POOL = 256
+_MAX_POOL = 8192
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig:
+    """Everything `servelab bench` needs; defaults are the CLI's."""
+
+    url: str
+    api: Api = Api.CHAT
+    model: str | None = None
+    stream: bool = True
+    headers: dict[str, str] = field(default_factory=dict)
+    mode: LoadMode = LoadMode.CONCURRENCY
+    levels: list[float] = field(default_factory=lambda: [1.0])
+    num_requests: int | None = None
+    duration_s: float | None = None
+    warmup: int = DEFAULT_WARMUP
+    burstiness: float = 1.0
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    tokenizer: str | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
+    slo_ms: dict[str, float] | None = None
+    workers: int | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    pinning_fields: frozenset[str] | None = None
+    """Fields the engine is known to accept; None probes the endpoint."""
+    has_tokenize: bool | None = None
+    engine: str = "openai"
+    name: str | None = None
+    out: Path | None = None
+    runs_root: Path | None = None
+    command: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchOutcome:
+    summary: BenchSummary
+    run_dir: Path
+
+
+def default_num_requests(level: LevelSpec) -> int:
+    """Four requests per stream (closed loop) or 30 s of arrivals (open loop), at least 16."""
+    if level.mode is LoadMode.CONCURRENCY:
+        return max(_MIN_REQUESTS, _REQUESTS_PER_STREAM * int(level.value))
+    return max(_MIN_REQUESTS, math.ceil(_OPEN_LOOP_SECONDS * level.value))
+
+
+def run_bench(
+    config: BenchConfig,
+    *,
+    on_event: Callable[[BenchEvent], None] = lambda _event: None,
+    run_dir: RunDir | None = None,
+    engine_info: dict[str, Any] | None = None,
+) -> BenchOutcome:
+    """Run every level of `config`; results go to `run_dir` (created when not given).
+
+    The folder is created after the preflight, so an unreachable endpoint leaves none.
+    """
+    return _Session(config, on_event, engine_info).run(run_dir)
+
+
+class _Session:
+    def __init__(
+        self,
+        config: BenchConfig,
+        on_event: Callable[[BenchEvent], None],
+        engine_info: dict[str, Any] | None,
+    ) -> None:
+        self.config = config
+        self.on_event = on_event
+        self.engine_info = engine_info
+        self.levels: list[LevelSummary] = []
+
+    def run(self, run_dir: RunDir | None) -> BenchOutcome:
+        config = self.config
+        preflight = run_preflight(
+            self._endpoint(),
+            try_fields=PINNING_FIELDS if config.pinning_fields is None else config.pinning_fields,
+            probe_tokenize=config.tokenizer is None and config.has_tokenize is not False,
+            calibrate=config.tokenizer is None,
+        )
+        for note in preflight.notes:
+            self.on_event(Notice(note))
+        counter = self._counter(preflight)
+        self.info = self._run_info(preflight, counter)
+        self.run_dir = run_dir or RunDir.create(
+            name=self.info.name, out=config.out, root=config.runs_root
+        )
+        self.on_event(Notice(f"results go to {self.run_dir.path}"))
+        try:
+            return self._run_levels(preflight, counter)
+        finally:
+            self.run_dir.close()
+
+    def _run_levels(self, preflight: Preflight, counter: TokenCounter | None) -> BenchOutcome:
+        self._save("running")
+        specs = self._level_specs()
+        try:
+            for spec in specs:
+                summary = self._run_level(spec, preflight, counter)
+                self.levels.append(summary)
+                self.on_event(LevelFinished(summary))
+                if summary.interrupted:
+                    self._save("interrupted")
+                    raise Interrupted("interrupted", run_dir=str(self.run_dir.path))
+        except KeyboardInterrupt:
+            self._save("interrupted")
+            raise Interrupted("interrupted", run_dir=str(self.run_dir.path)) from None
+        except Interrupted:
+            raise
+        except BaseException:
+            self._save("failed")
+            raise
+        summary = self._save("complete")
+        return BenchOutcome(summary, self.run_dir.path)
+
+    def _endpoint(self) -> EndpointConfig:
+        c = self.config
+        return EndpointConfig(
+            base_url=c.url,
+            model=c.model or "",
+            api=c.api,
+            stream=c.stream,
+            headers=c.headers,
+            extra_body=c.extra_body,
+            timeout_s=c.timeout_s,
+            stall_timeout_s=c.stall_timeout_s,
+            tokenizer_path=c.tokenizer,
+        )
+
+    def _counter(self, preflight: Preflight) -> TokenCounter | None:
+        if self.config.tokenizer is not None:
+            from servelab.bench.tokens import load_local_tokenizer
+
+            return load_local_tokenizer(self.config.tokenizer)
+        if preflight.has_tokenize:
+            e = preflight.endpoint
+            return ServerTokenizer(e.base_url, model=e.model, headers=e.headers)
+        return None
+
+    def _level_specs(self) -> list[LevelSpec]:
+        c = self.config
+        return [
+            LevelSpec(
+                index=i,
+                mode=c.mode,
+                value=value,
+                num_requests=None if c.duration_s is not None else c.num_requests,
+                duration_s=c.duration_s,
+                warmup=c.warmup,
+                burstiness=c.burstiness,
+            )
+            for i, value in enumerate(c.levels)
+        ]
+
+    def _pool_size(self, spec: LevelSpec) -> int:
+        if spec.duration_s is None:
+            return spec.num_requests or default_num_requests(spec)
+        if spec.mode is LoadMode.CONCURRENCY:
+            return min(max(_MIN_POOL, _REQUESTS_PER_STREAM * int(spec.value)), _MAX_POOL)
+        return min(max(_MIN_REQUESTS, math.ceil(spec.value * spec.duration_s) + 1), _MAX_POOL)
+
+    def _run_level(
+        self, spec: LevelSpec, preflight: Preflight, counter: TokenCounter | None
+    ) -> LevelSummary:
+        c = self.config
+        items = build_requests(
+            c.workload,
+            self._pool_size(spec),
+            counter=counter,
+            calibration=preflight.calibration,
+            salt=spec.index,
+        )
+        warmup_items = (
+            build_requests(
+                c.workload,
+                spec.warmup,
+                counter=counter,
+                calibration=preflight.calibration,
+                salt=10_000 + spec.index,
+            )
+            if spec.warmup
+            else []
+        )
+
+        def save_records(batch: list[RequestRecord]) -> None:
+            self.run_dir.append_jsonl("requests.jsonl", (r.to_json() for r in batch))
+
+        outcome = run_level(
+            spec,
+            endpoint=preflight.endpoint,
+            items=items,
+            warmup_items=warmup_items,
+            workers=c.workers,
+            seed=c.workload.seed,
+            on_records=save_records,
+            on_event=self.on_event,
+        )
+        return compute_level(
+            outcome.records,
+            level=spec,
+            workers=outcome.workers,
+            slo_ms=c.slo_ms,
+            interrupted=outcome.interrupted,
+            notes=_level_notes(outcome.records),
+        )
+
+    def _run_info(self, preflight: Preflight, counter: TokenCounter | None) -> RunInfo:
+        c = self.config
+        e = preflight.endpoint
+        method = counter.method if counter else ("calibrated" if preflight.calibration else "none")
+        workload: dict[str, Any] = {**c.workload.describe(), "input_len_method": method}
+        if preflight.calibration is not None:
+            workload["tokens_per_word"] = round(preflight.calibration.tokens_per_word, 4)
+        return RunInfo(
+            name=c.name or default_run_name(c.url),
+            command=c.command,
+            started_utc=datetime.now(UTC).isoformat(timespec="seconds"),
+            servelab_version=__version__,
+            versions=versions(),
+            git_sha=git_sha(),
+            host=host_facts(),
+            target={
+                "url": e.base_url,
+                "api": e.api.value,
+                "model": e.model,
+                "engine": c.engine,
+                "stream": e.stream,
+                "pinning_fields": sorted(e.pinning_fields),
+                "tokenizer": c.tokenizer,
+            },
+            workload=workload,
+            load={
+                "mode": c.mode.value,
+                "levels": list(c.levels),
+                "num_requests": c.num_requests,
+                "duration_s": c.duration_s,
+                "warmup": c.warmup,
+                "burstiness": c.burstiness if c.mode is LoadMode.REQUEST_RATE else None,
+                "timeout_s": c.timeout_s,
+                "stall_timeout_s": c.stall_timeout_s,
+                "workers": c.workers,
+            },
+            notes=list(preflight.notes),
+        )
+
+    def _save(self, status: str) -> BenchSummary:
+        summary = BenchSummary(
+            status=status, run=self.info, levels=self.levels, engine=self.engine_info
+        )
+        self.run_dir.write_json("summary.json", summary)
+        best = max(self.levels, key=lambda s: s.output_throughput, default=None)
+        record_run(
+            self.run_dir.runs_root,
+            CatalogRow(
+                path=str(self.run_dir.path.resolve()),
+                name=self.info.name,
+                kind="bench",
+                started_utc=self.info.started_utc,
+                target=str(self.info.target["url"]),
+                status=status,
+                levels=len(self.levels),
+                best_output_throughput=best.output_throughput if best else None,
+                best_total_throughput=best.total_throughput if best else None,
+            ),
+        )
+        return summary
+
+
+def _level_notes(records: list[RequestRecord]) -> list[str]:
+    measured = [r for r in records if r.ok and not r.warmup]
+    short = sum(1 for r in measured if r.output_tokens < r.max_tokens)
+    notes = []
+    if short:
+        notes.append(
+            f"{short} of {len(measured)} requests produced fewer tokens than max_tokens "
+            "(the engine stopped at end-of-sequence)"
+        )
+    return notes

@@ -1,0 +1,233 @@
+"""A client worker process: one event loop, one pooled session, its share of the load.
+
+The parent sends commands over a pipe (`Phase`, `STOP`, `EXIT`); the worker sends
+everything back over one shared queue, in order: `("ready", w)`, batches of records
+`("records", w, bytes)`, then `("done", w, stats)` at the end of each phase. Putting
+records and "done" on the same queue keeps them ordered. Workers ignore SIGINT: the
+parent decides what Ctrl-C means and tells them to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.queues import Queue
+from typing import Any
+
+import aiohttp
+import orjson
+
+from servelab.bench.client import make_trace_config, send_request
+from servelab.bench.endpoint import EndpointConfig, RequestItem
+from servelab.bench.metrics import WorkerStats
+from servelab.bench.records import RequestRecord
+from servelab.core.clock import NS_PER_S, now_ns
+
+__all__ = ["EXIT", "STOP", "Phase", "worker_main"]
+
+STOP = "stop"
+EXIT = "exit"
+_FLUSH_EVERY_S = 0.05
+_LAG_TICK_S = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """This worker's part of one phase (a level's warm-up or its measured requests)."""
+
+    level: int
+    warmup: bool
+    items: list[tuple[int, RequestItem]]
+    """(request index, request) in sending order."""
+    start_ns: int
+    concurrency: int | None = None
+    """Closed loop: requests this worker keeps in flight."""
+    offsets_ns: list[int] | None = None
+    """Open loop: arrival of each item, after start_ns."""
+    deadline_ns: int | None = None
+    """Duration mode: no request starts after this; items are reused round-robin."""
+    index_stride: int = 1
+    """Duration mode, closed loop: the k-th request is items[k % n], index + (k // n) * stride."""
+
+
+def worker_main(worker: int, endpoint: EndpointConfig, commands: Connection, out: Queue) -> None:
+    """Process entry point."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        uvloop.install()
+    asyncio.run(_Worker(worker, endpoint, commands, out).serve())
+
+
+class _Worker:
+    def __init__(
+        self, worker: int, endpoint: EndpointConfig, commands: Connection, out: Queue
+    ) -> None:
+        self.worker = worker
+        self.endpoint = endpoint
+        self.commands = commands
+        self.out = out
+        self.inbox: asyncio.Queue[Any] = asyncio.Queue()
+        self.stop = asyncio.Event()
+        self.pending: list[RequestRecord] = []
+        self.count_tokens = _output_counter(endpoint)
+
+    def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A thread blocking on the pipe: phases can be larger than a pipe buffer."""
+        while True:
+            try:
+                message = self.commands.recv()
+            except (EOFError, OSError):
+                message = EXIT
+            loop.call_soon_threadsafe(self._on_command, message)
+            if message == EXIT:
+                return
+
+    def _on_command(self, message: Any) -> None:
+        if message in (STOP, EXIT):
+            self.stop.set()
+        self.inbox.put_nowait(message)
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=self._listen, args=(loop,), daemon=True).start()
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        async with aiohttp.ClientSession(
+            connector=connector,
+            trace_configs=[make_trace_config()],
+            timeout=aiohttp.ClientTimeout(total=None),
+        ) as self.session:
+            self.out.put(("ready", self.worker))
+            while True:
+                message = await self.inbox.get()
+                if message == EXIT:
+                    break
+                if isinstance(message, Phase):
+                    self.stop.clear()
+                    stats = await self._run_phase(message)
+                    self._flush()
+                    self.out.put(("done", self.worker, stats))
+
+    async def _run_phase(self, phase: Phase) -> WorkerStats:
+        lags: list[int] = []
+        monitor = asyncio.create_task(_watch_loop_lag(lags))
+        flusher = asyncio.create_task(self._flush_periodically())
+        cpu0 = time.process_time()
+        await _sleep_until(phase.start_ns, self.stop)
+        wall0 = now_ns()
+        tasks: set[asyncio.Task[None]] = set()
+        if phase.offsets_ns is not None:
+            runner = self._open_loop(phase, tasks)
+        else:
+            runner = self._closed_loop(phase, tasks)
+        main = asyncio.create_task(runner)
+        stopper = asyncio.create_task(self.stop.wait())
+        await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if self.stop.is_set():
+            main.cancel()
+            for task in tasks:
+                task.cancel()
+        await asyncio.gather(main, *tasks, return_exceptions=True)
+        stopper.cancel()
+        wall_s = (now_ns() - wall0) / NS_PER_S
+        cpu_s = time.process_time() - cpu0
+        monitor.cancel()
+        flusher.cancel()
+        lags.sort()
+        p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))] if lags else 0
+        return WorkerStats(worker=self.worker, loop_lag_p99_ns=p99, cpu_s=cpu_s, wall_s=wall_s)
+
+    async def _one(self, phase: Phase, index: int, item: RequestItem, t_scheduled_ns: int) -> None:
+        record = await send_request(
+            self.session,
+            self.endpoint,
+            item,
+            index=index,
+            level=phase.level,
+            warmup=phase.warmup,
+            worker=self.worker,
+            t_scheduled_ns=t_scheduled_ns,
+            count_tokens=self.count_tokens,
+        )
+        self.pending.append(record)
+
+    async def _closed_loop(self, phase: Phase, tasks: set[asyncio.Task[None]]) -> None:
+        items = phase.items
+        cycle = phase.deadline_ns is not None
+        next_k = 0
+
+        async def slot() -> None:
+            nonlocal next_k
+            while not self.stop.is_set():
+                t_free = now_ns()
+                if cycle and t_free >= phase.deadline_ns:
+                    return
+                k = next_k
+                if not cycle and k >= len(items):
+                    return
+                next_k += 1
+                base_index, item = items[k % len(items)]
+                index = base_index + (k // len(items)) * phase.index_stride
+                await self._one(phase, index, item, t_free)
+
+        for _ in range(phase.concurrency or 1):
+            tasks.add(asyncio.create_task(slot()))
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _open_loop(self, phase: Phase, tasks: set[asyncio.Task[None]]) -> None:
+        assert phase.offsets_ns is not None
+        for (index, item), offset in zip(phase.items, phase.offsets_ns, strict=True):
+            due = phase.start_ns + offset
+            if phase.deadline_ns is not None and due >= phase.deadline_ns:
+                break
+            await _sleep_until(due, self.stop)
+            if self.stop.is_set():
+                return
+            task = asyncio.create_task(self._one(phase, index, item, due))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        while tasks:
+            await asyncio.gather(*list(tasks), return_exceptions=True)
+
+    def _flush(self) -> None:
+        if self.pending:
+            batch, self.pending = self.pending, []
+            payload = orjson.dumps([r.to_json() for r in batch])
+            self.out.put(("records", self.worker, payload))
+
+    async def _flush_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(_FLUSH_EVERY_S)
+            self._flush()
+
+
+async def _sleep_until(t_ns: int, stop: asyncio.Event) -> None:
+    """Sleep to an absolute time on the monotonic clock (early if asked to stop)."""
+    delay = (t_ns - now_ns()) / NS_PER_S
+    if delay > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=delay)
+
+
+async def _watch_loop_lag(lags: list[int]) -> None:
+    """Samples how late a 10 ms timer fires: the event loop's own lag."""
+    tick_ns = int(_LAG_TICK_S * NS_PER_S)
+    while True:
+        t0 = now_ns()
+        await asyncio.sleep(_LAG_TICK_S)
+        lags.append(max(now_ns() - t0 - tick_ns, 0))
+
+
+def _output_counter(endpoint: EndpointConfig) -> Callable[[str], int] | None:
+    if endpoint.tokenizer_path is None:
+        return None
+    from servelab.bench.tokens import load_local_tokenizer
+
+    return load_local_tokenizer(endpoint.tokenizer_path).count

@@ -1,0 +1,179 @@
+"""Every metric definition of docs/METRICS.md on hand-computed request traces."""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab.bench.load import LevelSpec, LoadMode
+from servelab.bench.metrics import WorkerStats, compute_level, itl_per_token_ns
+from servelab.bench.records import ErrorKind, OutputTokenSource, RequestRecord
+
+MS = 1_000_000
+BASE = 10_000 * MS
+
+
+def record(
+    index: int,
+    send_ms: float,
+    chunks_ms: list[float],
+    *,
+    tokens: int | None = None,
+    chunk_tokens: list[int] | None = None,
+    end_ms: float | None = None,
+    ok: bool = True,
+    error_kind: ErrorKind | None = None,
+    warmup: bool = False,
+    source: OutputTokenSource = OutputTokenSource.USAGE,
+    prompt_tokens: int | None = 10,
+    scheduled_ms: float | None = None,
+) -> RequestRecord:
+    send = BASE + int(send_ms * MS)
+    return RequestRecord(
+        index=index,
+        level=0,
+        warmup=warmup,
+        worker=0,
+        t_send_ns=send,
+        t_scheduled_ns=BASE + int((send_ms if scheduled_ms is None else scheduled_ms) * MS),
+        t_end_ns=BASE + int((end_ms if end_ms is not None else send_ms + chunks_ms[-1]) * MS),
+        ok=ok,
+        max_tokens=tokens or 0,
+        input_tokens_target=10,
+        chunk_offsets_ns=[int(c * MS) for c in chunks_ms],
+        chunk_tokens=chunk_tokens,
+        output_tokens=tokens if tokens is not None else len(chunks_ms),
+        output_token_source=source,
+        prompt_tokens=prompt_tokens,
+        error_kind=error_kind,
+    )
+
+
+LEVEL = LevelSpec(
+    index=0, mode=LoadMode.CONCURRENCY, value=2, num_requests=2, duration_s=None, warmup=0
+)
+WORKERS = [WorkerStats(worker=0, loop_lag_p99_ns=0, cpu_s=0.1, wall_s=1.0)]
+
+
+def test_single_request_ttft_tpot_itl_e2e():
+    r = record(0, 0, [100, 120, 140])
+    s = compute_level([r], level=LEVEL, workers=WORKERS)
+    assert s.mean_ttft_ms == pytest.approx(100)
+    assert s.mean_e2e_latency_ms == pytest.approx(140)
+    assert s.mean_tpot_ms == pytest.approx(20)
+    assert s.mean_itl_ms == pytest.approx(20)
+    assert s.completed == 1 and s.failed == 0
+    assert s.duration == pytest.approx(0.140)
+    assert s.output_throughput == pytest.approx(3 / 0.140)
+
+
+def test_multi_token_chunk_counts_its_gap_per_token():
+    r = record(0, 0, [50, 90, 100], tokens=5, chunk_tokens=[1, 3, 1])
+    gaps = [g / MS for g in itl_per_token_ns(r)]
+    assert gaps == pytest.approx([40 / 3] * 3 + [10])
+    s = compute_level([r], level=LEVEL, workers=WORKERS)
+    assert s.mean_tpot_ms == pytest.approx((100 - 50) / 4)
+    assert s.mean_itl_ms == pytest.approx((40 + 10) / 4)
+    assert s.max_output_tokens_per_s == 5
+
+
+def test_chunk_without_tokens_carries_its_gap_forward():
+    r = record(0, 0, [10, 20, 40], tokens=2, chunk_tokens=[1, 0, 1])
+    assert [g / MS for g in itl_per_token_ns(r)] == pytest.approx([30])
+
+
+def test_throughputs_duration_and_littles_law():
+    a = record(0, 0, [100, 200, 300])  # E2E 300 ms
+    b = record(1, 100, [100, 200, 400], prompt_tokens=30)  # sent at 100, E2E 400, ends at 500
+    s = compute_level([a, b], level=LEVEL, workers=WORKERS)
+    assert s.duration == pytest.approx(0.5)
+    assert s.total_input_tokens == 40
+    assert s.total_output_tokens == 6
+    assert s.request_throughput == pytest.approx(2 / 0.5)
+    assert s.input_throughput == pytest.approx(40 / 0.5)
+    assert s.total_throughput == pytest.approx(46 / 0.5)
+    assert s.concurrency == pytest.approx((0.3 + 0.4) / 0.5)
+    assert s.max_concurrent_requests == 2
+    assert s.median_ttft_ms == pytest.approx(100)
+    assert s.p99_e2e_latency_ms == pytest.approx(300 + 0.99 * 100)
+
+
+def test_max_concurrent_is_exact_and_back_to_back_do_not_overlap():
+    a = record(0, 0, [100])
+    b = record(1, 100, [100])  # starts exactly when a ends
+    c = record(2, 50, [100])
+    s = compute_level([a, b, c], level=LEVEL, workers=WORKERS)
+    assert s.max_concurrent_requests == 2
+
+
+def test_peak_tokens_in_one_second_bucket():
+    a = record(0, 0, [100, 900, 1100, 1200, 1300], tokens=5)
+    s = compute_level([a], level=LEVEL, workers=WORKERS)
+    assert s.max_output_tokens_per_s == 3
+
+
+def test_errors_and_cancelled_and_warmup():
+    good = record(0, 0, [100, 200])
+    bad = record(1, 0, [50], ok=False, error_kind=ErrorKind.DROPPED, end_ms=600)
+    bad.error = "connection cut"
+    cancelled = record(2, 0, [10], ok=False, error_kind=ErrorKind.CANCELLED, end_ms=5000)
+    warm = record(3, -1000, [100, 200], warmup=True)
+    s = compute_level([good, bad, cancelled, warm], level=LEVEL, workers=WORKERS)
+    assert (s.completed, s.failed, s.cancelled, s.warmup_requests) == (1, 1, 1, 1)
+    assert s.num_requests == 3
+    assert s.errors == {"dropped": 1}
+    assert s.error_examples == {"dropped": "connection cut"}
+    assert s.duration == pytest.approx(0.6)  # the failed request's end counts; cancelled does not
+
+
+def test_goodput_counts_errors_in_the_denominator():
+    fast = record(0, 0, [50, 60, 70])  # ttft 50, tpot 10
+    slow = record(1, 0, [300, 310, 320])  # ttft 300
+    failed = record(2, 0, [10], ok=False, error_kind=ErrorKind.HTTP, end_ms=320)
+    s = compute_level(
+        [fast, slow, failed], level=LEVEL, workers=WORKERS, slo_ms={"ttft": 200, "tpot": 15}
+    )
+    assert s.good_fraction == pytest.approx(1 / 3)
+    assert s.request_goodput == pytest.approx(1 / 0.32)
+
+
+def test_missing_usage_is_flagged_estimated():
+    r = record(0, 0, [10, 20], source=OutputTokenSource.CHUNKS, prompt_tokens=None)
+    s = compute_level([r], level=LEVEL, workers=WORKERS)
+    assert s.output_tokens_estimated
+    assert s.input_token_source == "workload"
+    assert s.total_input_tokens == 10
+
+
+def test_single_stream_only_at_concurrency_one():
+    r = record(0, 0, [100, 150, 200, 250])  # 4 tokens in 250 ms
+    one = LevelSpec(
+        index=0, mode=LoadMode.CONCURRENCY, value=1, num_requests=1, duration_s=None, warmup=0
+    )
+    assert compute_level([r], level=one, workers=WORKERS).single_stream_tok_s == pytest.approx(16)
+    assert compute_level([r], level=LEVEL, workers=WORKERS).single_stream_tok_s is None
+
+
+def test_single_token_output_has_no_tpot():
+    r = record(0, 0, [100])
+    s = compute_level([r], level=LEVEL, workers=WORKERS)
+    assert s.mean_tpot_ms is None and s.mean_itl_ms is None
+    assert s.mean_ttft_ms == pytest.approx(100)
+
+
+def test_non_streamed_e2e_ends_with_the_body():
+    r = record(0, 0, [1], end_ms=250)
+    r.chunk_offsets_ns = []
+    s = compute_level([r], level=LEVEL, workers=WORKERS)
+    assert s.mean_e2e_latency_ms == pytest.approx(250)
+    assert s.mean_ttft_ms is None
+
+
+def test_client_bound_from_schedule_lag_or_cpu():
+    late = record(0, 10, [100], scheduled_ms=0)  # sent 10 ms after it was due
+    s = compute_level([late], level=LEVEL, workers=WORKERS)
+    assert s.client.p99_schedule_lag_ms == pytest.approx(10)
+    assert s.client.client_bound
+    busy = [WorkerStats(worker=0, loop_lag_p99_ns=0, cpu_s=0.95, wall_s=1.0)]
+    on_time = record(0, 0, [100])
+    assert compute_level([on_time], level=LEVEL, workers=busy).client.client_bound
+    assert not compute_level([on_time], level=LEVEL, workers=WORKERS).client.client_bound

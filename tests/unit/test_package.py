@@ -1,0 +1,35 @@
+"""Package-level promises: a light import, a clean style, the console script."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_import_does_not_load_torch_or_transformers():
+    code = (
+        "import sys, servelab, servelab.cli, servelab.bench.session, servelab.pipeline, "
+        "servelab.engines.registry as r; r.get_adapter('embedded'); "
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_ruff_is_clean():
+    ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
+    for args in (["check"], ["format", "--check"]):
+        result = subprocess.run(
+            [ruff, *args, "src", "tests", "benchmarks"], cwd=ROOT, capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_console_script_help():
+    exe = Path(sys.executable).parent / "servelab"
+    result = subprocess.run([str(exe), "--help"], capture_output=True, text=True)
+    assert result.returncode == 0
+    for command in ("bench", "run", "sim"):
+        assert command in result.stdout
