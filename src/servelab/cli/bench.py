@@ -1,0 +1,289 @@
+"""`servelab bench`: load-test any OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from servelab.bench.endpoint import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, Api
+from servelab.bench.load import LoadMode
+from servelab.bench.results import BenchSummary
+from servelab.bench.session import DEFAULT_WARMUP, BenchConfig, run_bench
+from servelab.bench.workload import (
+    DEFAULT_FIXED_PROMPT,
+    DEFAULT_INPUT_LEN,
+    WorkloadSpec,
+    parse_dataset,
+)
+from servelab.cli.exit_codes import exit_for_levels, handle_errors
+from servelab.cli.options import check_range, parse_extra_body, parse_headers, parse_url
+from servelab.cli.progress import SweepView
+from servelab.core.errors import ConfigError
+from servelab.core.units import parse_duration_s, parse_number_list, parse_slos
+from servelab.report.tables import render_sweep
+from servelab.store.rundir import DEFAULT_RUNS_DIR
+
+__all__ = ["bench", "print_failures"]
+
+
+def bench(
+    url: Annotated[
+        str,
+        typer.Option(help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000."),
+    ],
+    api: Annotated[Api, typer.Option(help="Which API to drive.")] = Api.CHAT,
+    model: Annotated[
+        str | None, typer.Option(help="Served model name. Default: the first of /v1/models.")
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="SERVELAB_API_KEY", help="Sent as 'Authorization: Bearer KEY'."),
+    ] = None,
+    header: Annotated[
+        list[str] | None, typer.Option(help="Extra header 'Name: value'; repeatable.")
+    ] = None,
+    stream: Annotated[
+        bool, typer.Option(help="Stream responses. --no-stream measures E2E latency only.")
+    ] = True,
+    concurrency: Annotated[
+        str | None,
+        typer.Option(help="Closed loop: requests kept in flight; a list sweeps, e.g. 1,8,32,128."),
+    ] = None,
+    request_rate: Annotated[
+        str | None,
+        typer.Option(help="Open loop: arrivals per second (Poisson); a list sweeps, e.g. 2,4,8."),
+    ] = None,
+    burstiness: Annotated[
+        float, typer.Option(help="Open loop: gamma shape of inter-arrival times; 1 is Poisson.")
+    ] = 1.0,
+    num_requests: Annotated[
+        int | None,
+        typer.Option(
+            help="Requests per level. Default: 4 per stream (min 16), or 30 s of arrivals."
+        ),
+    ] = None,
+    duration: Annotated[
+        str | None,
+        typer.Option(help="Run each level this long instead, e.g. 60s; in-flight ones finish."),
+    ] = None,
+    warmup: Annotated[
+        int, typer.Option(help="Warm-up requests before each level, excluded from results.")
+    ] = DEFAULT_WARMUP,
+    dataset: Annotated[
+        str,
+        typer.Option(help="random, fixed (one prompt: the single-stream test) or sharegpt:PATH."),
+    ] = "random",
+    input_len: Annotated[int, typer.Option(help="random: prompt tokens.")] = DEFAULT_INPUT_LEN,
+    output_len: Annotated[
+        int | None,
+        typer.Option(
+            help="Output tokens (max_tokens). Default: random 128, fixed 512, sharegpt: reply."
+        ),
+    ] = None,
+    range_ratio: Annotated[
+        float, typer.Option(help="random: lengths uniform in [r*L, L]; 1.0 is exact.")
+    ] = 1.0,
+    shared_prefix_len: Annotated[
+        int, typer.Option(help="random: tokens of a prefix every prompt shares.")
+    ] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of prompts, lengths and arrivals.")] = 0,
+    prompt: Annotated[str, typer.Option(help="fixed: the prompt.")] = DEFAULT_FIXED_PROMPT,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="tokenizer.json (or its folder) for exact input lengths and output counts."
+        ),
+    ] = None,
+    timeout: Annotated[
+        str, typer.Option(help="Whole-request timeout, e.g. 600s.")
+    ] = f"{DEFAULT_TIMEOUT_S:g}s",
+    stall_timeout: Annotated[
+        str, typer.Option(help="Fail a request when no byte arrives for this long, e.g. 60s.")
+    ] = f"{DEFAULT_STALL_TIMEOUT_S:g}s",
+    slo: Annotated[
+        str | None, typer.Option(help="SLOs for goodput, e.g. ttft=200ms,tpot=50ms,e2e=10s.")
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Client processes. Default: one per 256 streams or 64 req/s, up to one per CPU."
+        ),
+    ] = None,
+    extra_body: Annotated[
+        str | None, typer.Option(help="JSON object merged into every request body.")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Run directory. Default: RUNS_DIR/<UTC time>-<name>/.")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Run name. Default: from the URL.")] = None,
+    runs_dir: Annotated[
+        Path, typer.Option(help="Folder of run directories and catalog.sqlite.")
+    ] = DEFAULT_RUNS_DIR,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print summary.json's document on stdout.")
+    ] = False,
+) -> None:
+    """Drive an endpoint with a faithful load and measure TTFT, TPOT, ITL and throughput.
+
+    Exit codes: 0 all requests succeeded; 3 some failed; 4 none succeeded or the endpoint is
+    unreachable; 2 bad options; 130 interrupted (partial results kept).
+    """
+    out_console = Console()
+    err = Console(stderr=True)
+    with handle_errors(err):
+        config = _config(
+            url=url,
+            api=api,
+            model=model,
+            api_key=api_key,
+            header=header or [],
+            stream=stream,
+            concurrency=concurrency,
+            request_rate=request_rate,
+            burstiness=burstiness,
+            num_requests=num_requests,
+            duration=duration,
+            warmup=warmup,
+            dataset=dataset,
+            input_len=input_len,
+            output_len=output_len,
+            range_ratio=range_ratio,
+            shared_prefix_len=shared_prefix_len,
+            seed=seed,
+            prompt=prompt,
+            tokenizer=tokenizer,
+            timeout=timeout,
+            stall_timeout=stall_timeout,
+            slo=slo,
+            workers=workers,
+            extra_body=extra_body,
+            out=out,
+            name=name,
+            runs_dir=runs_dir,
+        )
+        with SweepView(err) as view:
+            outcome = run_bench(config, on_event=view)
+        summary = outcome.summary
+        if json_output:
+            out_console.print_json(summary.model_dump_json(by_alias=True))
+        else:
+            out_console.print(render_sweep(summary.levels))
+        print_failures(err, summary)
+        err.print(f"results: {escape(str(outcome.run_dir))}", highlight=False)
+        completed = sum(s.completed for s in summary.levels)
+        failed = sum(s.failed for s in summary.levels)
+        raise typer.Exit(int(exit_for_levels(completed, failed)))
+
+
+def print_failures(err: Console, summary: BenchSummary) -> None:
+    """One line per kind of failure, with its first message."""
+    counts: dict[str, int] = {}
+    examples: dict[str, str] = {}
+    for level in summary.levels:
+        for kind, n in level.errors.items():
+            counts[kind] = counts.get(kind, 0) + n
+            examples.setdefault(kind, level.error_examples.get(kind, ""))
+    for kind, n in sorted(counts.items()):
+        err.print(
+            escape(f"{n} request{'s' if n > 1 else ''} failed ({kind}): {examples[kind]}"),
+            highlight=False,
+        )
+
+
+def _config(
+    *,
+    url: str,
+    api: Api,
+    model: str | None,
+    api_key: str | None,
+    header: list[str],
+    stream: bool,
+    concurrency: str | None,
+    request_rate: str | None,
+    burstiness: float,
+    num_requests: int | None,
+    duration: str | None,
+    warmup: int,
+    dataset: str,
+    input_len: int,
+    output_len: int | None,
+    range_ratio: float,
+    shared_prefix_len: int,
+    seed: int,
+    prompt: str,
+    tokenizer: str | None,
+    timeout: str,
+    stall_timeout: str,
+    slo: str | None,
+    workers: int | None,
+    extra_body: str | None,
+    out: Path | None,
+    name: str | None,
+    runs_dir: Path,
+) -> BenchConfig:
+    if concurrency and request_rate:
+        raise ConfigError("give --concurrency or --request-rate, not both")
+    if num_requests is not None and duration is not None:
+        raise ConfigError("give --num-requests or --duration, not both")
+    if request_rate:
+        mode, levels = (
+            LoadMode.REQUEST_RATE,
+            parse_number_list(request_rate, what="--request-rate", integer=False),
+        )
+    else:
+        mode, levels = (
+            LoadMode.CONCURRENCY,
+            parse_number_list(concurrency or "1", what="--concurrency", integer=True),
+        )
+    check_range("--burstiness", burstiness, low=0, low_inclusive=False)
+    check_range("--num-requests", num_requests, low=1)
+    check_range("--warmup", warmup, low=0)
+    check_range("--input-len", input_len, low=1)
+    check_range("--output-len", output_len, low=1)
+    check_range("--range-ratio", range_ratio, low=0, high=1, low_inclusive=False)
+    check_range("--shared-prefix-len", shared_prefix_len, low=0)
+    check_range("--workers", workers, low=1)
+    name_, path = parse_dataset(dataset)
+    workload = WorkloadSpec(
+        dataset=name_,
+        path=path,
+        input_len=input_len,
+        output_len=output_len,
+        range_ratio=range_ratio,
+        shared_prefix_len=shared_prefix_len,
+        seed=seed,
+        prompt=prompt,
+    )
+    if tokenizer is not None:
+        from servelab.bench.tokens import load_local_tokenizer
+
+        load_local_tokenizer(tokenizer)
+    return BenchConfig(
+        url=parse_url(url),
+        api=api,
+        model=model,
+        stream=stream,
+        headers=parse_headers(header, api_key),
+        mode=mode,
+        levels=levels,
+        num_requests=num_requests,
+        duration_s=parse_duration_s(duration, what="--duration") if duration else None,
+        warmup=warmup,
+        burstiness=burstiness,
+        workload=workload,
+        tokenizer=tokenizer,
+        timeout_s=parse_duration_s(timeout, what="--timeout"),
+        stall_timeout_s=parse_duration_s(stall_timeout, what="--stall-timeout"),
+        slo_ms=parse_slos(slo) if slo else None,
+        workers=workers,
+        extra_body=parse_extra_body(extra_body),
+        name=name,
+        out=out,
+        runs_root=runs_dir,
+        command=["servelab", *sys.argv[1:]],
+    )

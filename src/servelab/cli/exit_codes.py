@@ -1,0 +1,89 @@
+"""Exit codes of every servelab command, and the one place errors become them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from enum import IntEnum
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from servelab.core.errors import (
+    ConfigError,
+    EndpointError,
+    EngineLaunchError,
+    EngineSetupError,
+    Interrupted,
+    ServelabError,
+)
+
+__all__ = ["ExitCode", "exit_for_levels", "handle_errors"]
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    INTERNAL = 1
+    """A bug in servelab: one line, and SERVELAB_DEBUG=1 shows the traceback."""
+    USAGE = 2
+    """Bad options or input files."""
+    SOME_FAILED = 3
+    """The run finished but some requests failed."""
+    NOTHING_SUCCEEDED = 4
+    """No request succeeded, or the endpoint is unreachable or rejects every request."""
+    ENGINE_FAILED = 5
+    """The engine could not be prepared or did not start."""
+    INTERRUPTED = 130
+    """Ctrl-C; partial results were kept."""
+
+
+def exit_for_levels(completed: int, failed: int) -> ExitCode:
+    """The code for a finished run with these totals."""
+    if completed == 0:
+        return ExitCode.NOTHING_SUCCEEDED
+    return ExitCode.SOME_FAILED if failed else ExitCode.OK
+
+
+@contextlib.contextmanager
+def handle_errors(err: Console) -> Iterator[None]:
+    """Turn servelab's errors (and Ctrl-C) into one line on stderr and an exit code."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except ConfigError as exc:
+        _fail(err, f"error: {exc}", ExitCode.USAGE)
+    except EndpointError as exc:
+        _fail(err, f"error: {exc}", ExitCode.NOTHING_SUCCEEDED)
+    except EngineLaunchError as exc:
+        lines = [f"error: {exc}"]
+        if exc.log_tail:
+            lines.append("last lines of the engine log:")
+            lines += [f"  {line}" for line in exc.log_tail[-10:]]
+        if exc.log_path:
+            lines.append(f"full log: {exc.log_path}")
+        _fail(err, "\n".join(lines), ExitCode.ENGINE_FAILED)
+    except EngineSetupError as exc:
+        _fail(err, f"error: {exc}", ExitCode.ENGINE_FAILED)
+    except Interrupted as exc:
+        where = f"; partial results are in {exc.run_dir}" if exc.run_dir else ""
+        _fail(err, f"interrupted{where}", ExitCode.INTERRUPTED)
+    except KeyboardInterrupt:
+        _fail(err, "interrupted", ExitCode.INTERRUPTED)
+    except ServelabError as exc:
+        _fail(err, f"error: {exc}", ExitCode.INTERNAL)
+    except Exception as exc:
+        if os.environ.get("SERVELAB_DEBUG"):
+            raise
+        _fail(
+            err,
+            f"internal error: {type(exc).__name__}: {exc} (set SERVELAB_DEBUG=1 for a traceback)",
+            ExitCode.INTERNAL,
+        )
+
+
+def _fail(err: Console, message: str, code: ExitCode) -> None:
+    err.print(escape(message), highlight=False, soft_wrap=True)
+    raise typer.Exit(int(code))

@@ -1,0 +1,65 @@
+"""Parsing of option values shared by the commands; each bad value is a ConfigError."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlparse
+
+from servelab.core.errors import ConfigError
+
+__all__ = ["check_range", "parse_extra_body", "parse_headers", "parse_url"]
+
+
+def parse_url(url: str) -> str:
+    """An http(s) base URL without a trailing slash or an /v1 suffix."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ConfigError(f"--url {url!r} is not an http(s) URL", hint="e.g. http://127.0.0.1:8000")
+    base = url.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def parse_headers(headers: list[str], api_key: str | None) -> dict[str, str]:
+    """'Name: value' pairs (repeatable --header) plus the API key as a bearer token."""
+    parsed: dict[str, str] = {}
+    for header in headers:
+        name, sep, value = header.partition(":")
+        if not sep or not name.strip():
+            raise ConfigError(f"--header {header!r} is not 'Name: value'")
+        parsed[name.strip()] = value.strip()
+    if api_key:
+        parsed["Authorization"] = f"Bearer {api_key}"
+    return parsed
+
+
+def parse_extra_body(text: str | None) -> dict[str, Any]:
+    """A JSON object merged into every request body."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--extra-body is not JSON: {exc.msg}") from None
+    if not isinstance(value, dict):
+        raise ConfigError("--extra-body must be a JSON object, e.g. '{\"temperature\": 0}'")
+    return value
+
+
+def check_range(
+    name: str,
+    value: float | None,
+    *,
+    low: float,
+    high: float | None = None,
+    low_inclusive: bool = True,
+) -> None:
+    """A ConfigError unless low <= value (< low excluded when not inclusive) and value <= high."""
+    if value is None:
+        return
+    too_low = value < low if low_inclusive else value <= low
+    if too_low or (high is not None and value > high):
+        bound = f"{'at least' if low_inclusive else 'above'} {low:g}"
+        if high is not None:
+            bound += f" and at most {high:g}"
+        raise ConfigError(f"{name} must be {bound}, got {value:g}")

@@ -1,0 +1,91 @@
+"""`servelab run`: the main job in one command."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from servelab.cli.bench import print_failures
+from servelab.cli.exit_codes import exit_for_levels, handle_errors
+from servelab.cli.options import check_range, parse_url
+from servelab.cli.progress import SweepView
+from servelab.core.units import parse_number_list
+from servelab.pipeline.run import (
+    DEFAULT_RUN_INPUT_LEN,
+    DEFAULT_RUN_OUTPUT_LEN,
+    RunConfig,
+    run_pipeline,
+)
+from servelab.report.tables import render_sweep
+from servelab.store.rundir import DEFAULT_RUNS_DIR
+
+__all__ = ["run"]
+
+
+def run(
+    url: Annotated[
+        str | None,
+        typer.Option(help="Sweep this endpoint instead of launching the embedded engine."),
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="With --url: the served model name.")] = None,
+    preset: Annotated[
+        str, typer.Option(help="Embedded engine preset: tiny (CPU) or h200-ref (GPU).")
+    ] = "tiny",
+    concurrency: Annotated[str, typer.Option(help="Concurrency levels to sweep.")] = "1,4,16,64",
+    input_len: Annotated[int, typer.Option(help="Prompt tokens.")] = DEFAULT_RUN_INPUT_LEN,
+    output_len: Annotated[int, typer.Option(help="Output tokens.")] = DEFAULT_RUN_OUTPUT_LEN,
+    num_requests: Annotated[
+        int | None, typer.Option(help="Requests per level. Default: 4 per stream, at least 16.")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Run directory.")] = None,
+    runs_dir: Annotated[
+        Path, typer.Option(help="Folder of run directories and catalog.sqlite.")
+    ] = DEFAULT_RUNS_DIR,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print summary.json's document on stdout.")
+    ] = False,
+) -> None:
+    """Launch → sweep → find the knee → write report.md → stop.
+
+    With no options: starts the embedded engine (a generated model on the CPU, served by
+    transformers serve), sweeps concurrency 1, 4, 16, 64 at 128 input / 64 output tokens.
+    """
+    out_console = Console()
+    err = Console(stderr=True)
+    with handle_errors(err):
+        check_range("--input-len", input_len, low=1)
+        check_range("--output-len", output_len, low=1)
+        check_range("--num-requests", num_requests, low=1)
+        config = RunConfig(
+            url=parse_url(url) if url else None,
+            model=model,
+            preset=preset,
+            concurrency=[
+                int(c) for c in parse_number_list(concurrency, what="--concurrency", integer=True)
+            ],
+            input_len=input_len,
+            output_len=output_len,
+            num_requests=num_requests,
+            out=out,
+            runs_root=runs_dir,
+            command=["servelab", *sys.argv[1:]],
+        )
+        with SweepView(err) as view:
+            result = run_pipeline(config, on_event=view)
+        if json_output:
+            out_console.print_json(result.summary.model_dump_json(by_alias=True))
+        else:
+            out_console.print(render_sweep(result.summary.levels))
+            out_console.print(
+                escape(result.knee.explanation[0].upper() + result.knee.explanation[1:])
+            )
+        print_failures(err, result.summary)
+        err.print(f"report: {escape(str(result.report_path))}", highlight=False)
+        levels = result.summary.levels
+        code = exit_for_levels(sum(s.completed for s in levels), sum(s.failed for s in levels))
+        raise typer.Exit(int(code))

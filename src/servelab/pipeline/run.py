@@ -1,0 +1,160 @@
+"""`servelab run`: launch (or attach) → sweep → knee → report.md → stop.
+
+With no URL it starts the embedded engine (a generated model served by the real
+`transformers serve` on the CPU), so the whole loop runs on any machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servelab.bench.events import BenchEvent, Notice
+from servelab.bench.load import LoadMode
+from servelab.bench.results import BenchSummary
+from servelab.bench.session import BenchConfig, run_bench
+from servelab.bench.workload import WorkloadSpec
+from servelab.core.errors import Interrupted
+from servelab.diagnose import Knee, find_knee
+from servelab.engines.base import EngineSpec
+from servelab.engines.launcher import RunningEngine, launch_engine
+from servelab.report import render_run_report
+from servelab.store import RunDir, default_run_name
+
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_RUN_INPUT_LEN",
+    "DEFAULT_RUN_OUTPUT_LEN",
+    "RunConfig",
+    "RunResult",
+    "run_pipeline",
+]
+
+DEFAULT_CONCURRENCY = (1, 4, 16, 64)
+DEFAULT_RUN_INPUT_LEN = 128
+DEFAULT_RUN_OUTPUT_LEN = 64
+REPORT_FILENAME = "report.md"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """`servelab run`'s settings; no URL means the embedded engine at `preset`."""
+
+    url: str | None = None
+    model: str | None = None
+    preset: str = "tiny"
+    concurrency: list[int] = field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
+    input_len: int = DEFAULT_RUN_INPUT_LEN
+    output_len: int = DEFAULT_RUN_OUTPUT_LEN
+    num_requests: int | None = None
+    warmup: int = 1
+    seed: int = 0
+    name: str | None = None
+    out: Path | None = None
+    runs_root: Path | None = None
+    command: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    summary: BenchSummary
+    knee: Knee
+    run_dir: Path
+    report_path: Path
+
+
+def run_pipeline(
+    config: RunConfig,
+    *,
+    on_event: Callable[[BenchEvent], None] = lambda _e: None,
+) -> RunResult:
+    """Run the whole job; the engine, when launched here, is stopped whatever happens."""
+    name = config.name or (
+        default_run_name(config.url) if config.url else f"embedded-{config.preset}"
+    )
+    run_dir = RunDir.create(name=name, out=config.out, root=config.runs_root)
+    engine: RunningEngine | None = None
+    try:
+        if config.url is None:
+            engine = launch_engine(
+                EngineSpec(engine="embedded", model=config.preset),
+                log_path=run_dir.path / "engine.log",
+                on_status=lambda message: on_event(Notice(message)),
+            )
+        bench = _bench_config(config, name, engine)
+        try:
+            outcome = run_bench(
+                bench, on_event=on_event, run_dir=run_dir, engine_info=_engine_info(engine)
+            )
+        except Interrupted:
+            _write_report(run_dir, _load_summary(run_dir), engine)
+            raise
+        knee, report = _write_report(run_dir, outcome.summary, engine)
+        return RunResult(outcome.summary, knee, run_dir.path, report)
+    finally:
+        if engine is not None:
+            on_event(Notice("stopping the engine"))
+            engine.stop()
+        run_dir.close()
+
+
+def _bench_config(config: RunConfig, name: str, engine: RunningEngine | None) -> BenchConfig:
+    workload = WorkloadSpec(
+        dataset="random",
+        input_len=config.input_len,
+        output_len=config.output_len,
+        seed=config.seed,
+    )
+    common: dict[str, Any] = {
+        "mode": LoadMode.CONCURRENCY,
+        "levels": [float(c) for c in config.concurrency],
+        "num_requests": config.num_requests,
+        "warmup": config.warmup,
+        "workload": workload,
+        "name": name,
+        "command": config.command,
+    }
+    if engine is None:
+        assert config.url is not None
+        return BenchConfig(url=config.url, model=config.model, **common)
+    return BenchConfig(
+        url=engine.url,
+        model=engine.spec.served_name,
+        tokenizer=engine.spec.model,
+        pinning_fields=engine.adapter.pinning_fields,
+        has_tokenize=engine.adapter.has_tokenize,
+        engine=engine.adapter.name,
+        **common,
+    )
+
+
+def _engine_info(engine: RunningEngine | None) -> dict[str, Any] | None:
+    if engine is None:
+        return None
+    return {
+        "engine": engine.adapter.name,
+        "model": engine.spec.model,
+        "url": engine.url,
+        "pid": engine.pid,
+        "command": engine.command,
+        "log": engine.log_path.name,
+    }
+
+
+def _load_summary(run_dir: RunDir) -> BenchSummary | None:
+    path = run_dir.path / "summary.json"
+    if not path.exists():
+        return None
+    return BenchSummary.model_validate_json(path.read_bytes())
+
+
+def _write_report(
+    run_dir: RunDir, summary: BenchSummary | None, engine: RunningEngine | None
+) -> tuple[Knee, Path]:
+    knee = find_knee(summary.levels if summary else [])
+    if summary is None:
+        return knee, run_dir.path / REPORT_FILENAME
+    text = render_run_report(summary, knee=knee, engine_command=engine.command if engine else None)
+    return knee, run_dir.write_text(REPORT_FILENAME, text)

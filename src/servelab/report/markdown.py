@@ -1,0 +1,69 @@
+"""report.md: the run's state of the union, as Markdown."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from servelab.bench.results import BenchSummary
+from servelab.diagnose.knee import Knee
+from servelab.report.tables import SWEEP_COLUMNS, sweep_rows
+
+__all__ = ["render_run_report"]
+
+
+def render_run_report(
+    summary: BenchSummary,
+    *,
+    knee: Knee,
+    engine_command: Sequence[str] | None,
+    title: str = "servelab run",
+) -> str:
+    """The Markdown report of a sweep: table, knee, engine command, machine."""
+    run = summary.run
+    with_slo = any(s.slo_ms for s in summary.levels)
+    header = list(SWEEP_COLUMNS) + (["goodput req/s", "good %"] if with_slo else [])
+    mode = summary.levels[0].load_mode if summary.levels else "concurrency"
+    header[0] = "concurrency" if mode == "concurrency" else "rate"
+    lines = [
+        f"# {title}: {run.name}",
+        "",
+        f"Started {run.started_utc} · status **{summary.status}** · "
+        f"servelab {run.servelab_version}" + (f" ({run.git_sha[:12]})" if run.git_sha else ""),
+        "",
+        "## Target",
+        "",
+        f"- endpoint: `{run.target.get('url')}` ({run.target.get('api')} API, "
+        f"model `{run.target.get('model')}`, engine {run.target.get('engine')})",
+        f"- workload: {_workload(run.workload)}",
+        "",
+        "## Sweep",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+    ]
+    lines += [
+        "| " + " | ".join(row) + " |" for row in sweep_rows(summary.levels, with_slo=with_slo)
+    ]
+    if any(s.client.client_bound for s in summary.levels):
+        lines += ["", "`*` client-bound: the load generator's lag or CPU may have limited it."]
+    lines += ["", "## Knee", "", knee.explanation[0].upper() + knee.explanation[1:] + "."]
+    notes = list(run.notes) + [n for s in summary.levels for n in s.notes]
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in dict.fromkeys(notes)]
+    if engine_command:
+        lines += ["", "## Engine command", "", "```", shlex.join(engine_command), "```"]
+    lines += ["", "## Machine", ""]
+    lines += [f"- {key}: {value}" for key, value in run.host.items()]
+    lines += [f"- {key} {value}" for key, value in run.versions.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _workload(workload: dict) -> str:
+    parts = [str(workload.get("dataset"))]
+    if workload.get("input_len") is not None:
+        parts.append(f"{workload['input_len']} input tokens")
+    if workload.get("output_len") is not None:
+        parts.append(f"{workload['output_len']} output tokens")
+    parts.append(f"input lengths by {workload.get('input_len_method')}")
+    return ", ".join(parts)

@@ -1,0 +1,108 @@
+"""The real embedded engine (transformers serve on the CPU) driven over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from servelab.bench.session import BenchConfig, run_bench
+from servelab.bench.workload import WorkloadSpec
+from servelab.engines.base import EngineSpec
+from servelab.engines.launcher import RunningEngine, launch_engine
+from tests.conftest import SERVELAB
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]:
+    os.environ.setdefault("SERVELAB_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+    log = tmp_path_factory.mktemp("embedded") / "engine.log"
+    engine = launch_engine(EngineSpec(engine="embedded", model="tiny"), log_path=log)
+    yield engine
+    engine.stop()
+    assert engine.process.poll() is not None
+
+
+def test_sweep_on_the_embedded_engine_is_exact(embedded: RunningEngine, tmp_path: Path):
+    config = BenchConfig(
+        url=embedded.url,
+        model=embedded.spec.served_name,
+        tokenizer=embedded.spec.model,
+        pinning_fields=embedded.adapter.pinning_fields,
+        has_tokenize=embedded.adapter.has_tokenize,
+        engine="embedded",
+        levels=[1, 4],
+        num_requests=8,
+        warmup=1,
+        workload=WorkloadSpec(input_len=64, output_len=32),
+        out=tmp_path / "run",
+    )
+    summary = run_bench(config).summary
+    records = [
+        json.loads(line) for line in (tmp_path / "run" / "requests.jsonl").read_text().splitlines()
+    ]
+    assert summary.run.workload["input_len_method"] == "tokenizer"
+    for level in summary.levels:
+        assert (level.completed, level.failed) == (8, 0)
+        assert level.total_output_tokens == 8 * 32
+        assert not level.output_tokens_estimated
+        assert level.mean_tpot_ms is not None and level.mean_tpot_ms > 0
+    measured = [r for r in records if not r["warmup"]]
+    # one streamed chunk per token, every output runs to max_tokens (EOS is disabled)
+    assert all(len(r["chunk_offsets_ns"]) == r["output_tokens"] == 32 for r in measured)
+    assert all(r["chunk_tokens"] is None and r["finish_reason"] == "length" for r in measured)
+    # exact inputs: the server's count is the prompt plus the same chat-template overhead
+    assert all(r["input_tokens_target"] == 64 for r in measured)
+    assert len({r["prompt_tokens"] - r["input_tokens_target"] for r in measured}) == 1
+
+
+def test_servelab_run_end_to_end(tmp_path: Path):
+    out = tmp_path / "run"
+    started = time.monotonic()
+    result = subprocess.run(
+        [*SERVELAB, "run", "--out", str(out)], capture_output=True, text=True, timeout=600
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert elapsed < 180
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "complete"
+    assert [lv["max_concurrency"] for lv in summary["levels"]] == [1, 4, 16, 64]
+    assert all(lv["failed"] == 0 and lv["completed"] > 0 for lv in summary["levels"])
+    report = (out / "report.md").read_text()
+    for part in (
+        "## Sweep",
+        "## Knee",
+        "## Engine command",
+        "transformers.cli.transformers",
+        "## Machine",
+        "| 64 ",
+    ):
+        assert part in report
+    assert "Uvicorn running" in (out / "engine.log").read_text()
+    pid = summary["engine"]["pid"]
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+    assert "report:" in result.stderr
+
+
+def test_run_against_an_existing_endpoint(start_sim, tmp_path: Path):
+    sim = start_sim(ttft_ms=5, itl_ms=2)
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [*SERVELAB, "run", "--url", sim.url, "--concurrency", "1,2,4", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = (out / "report.md").read_text()
+    assert "## Engine command" not in report and sim.url in report
+    assert not (out / "engine.log").exists()
