@@ -121,3 +121,46 @@ def test_several_workers_share_the_load(start_sim, tmp_path):
     assert {r["worker"] for r in records} == {0, 1}
     assert len({r["index"] for r in records}) == 32
     assert level.max_concurrent_requests == 8
+
+
+def test_sharegpt_prompts_and_reply_lengths(start_sim, tmp_path):
+    data = [
+        {
+            "conversations": [
+                {"from": "human", "value": "tell me a story about a cat"},
+                {"from": "gpt", "value": "once upon a time there was a cat"},
+            ]
+        },
+        {"conversations": [{"from": "human", "value": "hi"}]},  # no reply: skipped
+        {
+            "conversation": [
+                {"role": "user", "content": "what is two plus two exactly"},
+                {"role": "assistant", "content": "it is four"},
+            ]
+        },
+    ]
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(data))
+    sim = start_sim(ttft_ms=5, itl_ms=1)
+    workload = WorkloadSpec(dataset="sharegpt", path=path)
+    _, records = bench(sim.url, tmp_path / "out", num_requests=6, warmup=0, workload=workload)
+    assert sorted({(r["input_tokens_target"], r["max_tokens"]) for r in records}) == [
+        (6, 3),
+        (7, 8),
+    ]
+    assert all(r["prompt_tokens"] == r["input_tokens_target"] for r in records)
+
+
+def test_fixed_prompt_is_the_single_stream_test(start_sim, tmp_path):
+    sim = start_sim(ttft_ms=10, itl_ms=5)
+    workload = WorkloadSpec(dataset="fixed", output_len=20)
+    summary, records = bench(sim.url, tmp_path, num_requests=3, warmup=0, workload=workload)
+    level = summary.levels[0]
+    assert {r["input_tokens_target"] for r in records} == {5}  # "Explain quantum ... detail."
+    assert level.single_stream_tok_s == pytest.approx(20 / (0.010 + 19 * 0.005), rel=0.1)
+
+
+def test_whole_request_timeout(start_sim, tmp_path):
+    sim = start_sim(ttft_ms=5, itl_ms=100)
+    summary, _ = bench(sim.url, tmp_path, num_requests=2, warmup=0, timeout_s=0.5)
+    assert summary.levels[0].errors == {"timeout": 2}

@@ -106,3 +106,23 @@ def test_run_against_an_existing_endpoint(start_sim, tmp_path: Path):
     report = (out / "report.md").read_text()
     assert "## Engine command" not in report and sim.url in report
     assert not (out / "engine.log").exists()
+
+
+def test_without_a_tokenizer_lengths_are_calibrated_from_usage(embedded, tmp_path: Path):
+    config = BenchConfig(
+        url=embedded.url,
+        levels=[2],
+        num_requests=4,
+        warmup=0,
+        workload=WorkloadSpec(input_len=100, output_len=8),
+        out=tmp_path / "run",
+    )
+    summary = run_bench(config).summary
+    assert summary.run.workload["input_len_method"] == "calibrated"
+    assert summary.run.target["pinning_fields"] == []  # 422 to ignore_eos, then min_tokens
+    assert any("ignore_eos" in note for note in summary.run.notes)
+    level = summary.levels[0]
+    assert level.completed == 4
+    assert summary.run.workload["tokens_per_word"] > 0
+    # close but not exact: within 15% of 100 tokens plus the chat template
+    assert 100 <= level.total_input_tokens / 4 <= 100 * 1.15 + 10

@@ -24,7 +24,9 @@ __all__ = ["Preflight", "run_preflight"]
 
 _PROBE_TIMEOUT_S = 60.0
 _SERVER_ERROR_RETRIES = 5
-_CALIBRATION_WORDS = (32, 96)
+_CALIBRATION_REPEATS = (1, 2)
+"""The calibration prompts hold every common word once, then twice: their difference is the
+pool's mean tokens per word, which is what random prompts drawn from it average."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +190,8 @@ async def _calibrate(
     """Fit prompt_tokens = overhead + per_word * words from two probe prompts."""
     probe = replace(endpoint, stream=False)
     counts: list[int] = []
-    for n in _CALIBRATION_WORDS:
-        words = " ".join(COMMON_WORDS[i % len(COMMON_WORDS)] for i in range(n))
+    for repeats in _CALIBRATION_REPEATS:
+        words = " ".join(COMMON_WORDS * repeats)
         status, body = await _post(session, probe, build_body(probe, RequestItem(words, 1)))
         try:
             usage = orjson.loads(body).get("usage") if status < 400 else None
@@ -198,7 +200,7 @@ async def _calibrate(
         if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
             return None
         counts.append(usage["prompt_tokens"])
-    (n1, n2), (p1, p2) = _CALIBRATION_WORDS, counts
+    (n1, n2), (p1, p2) = (len(COMMON_WORDS) * r for r in _CALIBRATION_REPEATS), counts
     per_word = (p2 - p1) / (n2 - n1)
     if per_word <= 0:
         return None

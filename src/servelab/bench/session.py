@@ -100,6 +100,8 @@ def run_bench(
     """Run every level of `config`; results go to `run_dir` (created when not given).
 
     The folder is created after the preflight, so an unreachable endpoint leaves none.
+    Client workers are started with multiprocessing's "spawn", so a script that calls
+    this must guard its entry point with `if __name__ == "__main__":`.
     """
     return _Session(config, on_event, engine_info).run(run_dir)
 

@@ -21,7 +21,15 @@ from servelab.bench.workload import (
     parse_dataset,
 )
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
-from servelab.cli.options import check_range, parse_extra_body, parse_headers, parse_url
+from servelab.cli.options import (
+    JsonOutput,
+    OutDir,
+    RunsDir,
+    check_range,
+    parse_extra_body,
+    parse_headers,
+    parse_url,
+)
 from servelab.cli.progress import SweepView
 from servelab.core.errors import ConfigError
 from servelab.core.units import parse_duration_s, parse_number_list, parse_slos
@@ -117,16 +125,10 @@ def bench(
     extra_body: Annotated[
         str | None, typer.Option(help="JSON object merged into every request body.")
     ] = None,
-    out: Annotated[
-        Path | None, typer.Option(help="Run directory. Default: RUNS_DIR/<UTC time>-<name>/.")
-    ] = None,
+    out: OutDir = None,
     name: Annotated[str | None, typer.Option(help="Run name. Default: from the URL.")] = None,
-    runs_dir: Annotated[
-        Path, typer.Option(help="Folder of run directories and catalog.sqlite.")
-    ] = DEFAULT_RUNS_DIR,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Print summary.json's document on stdout.")
-    ] = False,
+    runs_dir: RunsDir = DEFAULT_RUNS_DIR,
+    json_output: JsonOutput = False,
 ) -> None:
     """Drive an endpoint with a faithful load and measure TTFT, TPOT, ITL and throughput.
 

@@ -3,12 +3,33 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 from urllib.parse import urlparse
+
+import typer
 
 from servelab.core.errors import ConfigError
 
-__all__ = ["check_range", "parse_extra_body", "parse_headers", "parse_url"]
+__all__ = [
+    "JsonOutput",
+    "OutDir",
+    "RunsDir",
+    "check_range",
+    "parse_extra_body",
+    "parse_headers",
+    "parse_url",
+]
+
+OutDir = Annotated[
+    Path | None, typer.Option("--out", help="Run directory. Default: RUNS_DIR/<UTC time>-<name>/.")
+]
+RunsDir = Annotated[
+    Path, typer.Option("--runs-dir", help="Folder of run directories and catalog.sqlite.")
+]
+JsonOutput = Annotated[
+    bool, typer.Option("--json", help="Print summary.json's document on stdout.")
+]
 
 
 def parse_url(url: str) -> str:

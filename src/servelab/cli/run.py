@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -12,7 +11,7 @@ from rich.markup import escape
 
 from servelab.cli.bench import print_failures
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
-from servelab.cli.options import check_range, parse_url
+from servelab.cli.options import JsonOutput, OutDir, RunsDir, check_range, parse_url
 from servelab.cli.progress import SweepView
 from servelab.core.units import parse_number_list
 from servelab.pipeline.run import (
@@ -42,13 +41,9 @@ def run(
     num_requests: Annotated[
         int | None, typer.Option(help="Requests per level. Default: 4 per stream, at least 16.")
     ] = None,
-    out: Annotated[Path | None, typer.Option(help="Run directory.")] = None,
-    runs_dir: Annotated[
-        Path, typer.Option(help="Folder of run directories and catalog.sqlite.")
-    ] = DEFAULT_RUNS_DIR,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Print summary.json's document on stdout.")
-    ] = False,
+    out: OutDir = None,
+    runs_dir: RunsDir = DEFAULT_RUNS_DIR,
+    json_output: JsonOutput = False,
 ) -> None:
     """Launch → sweep → find the knee → write report.md → stop.
 
