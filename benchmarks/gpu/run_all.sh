@@ -1,37 +1,82 @@
 #!/usr/bin/env bash
 # Every GPU check of servelab in one call, for a machine with an NVIDIA GPU and PyTorch.
 #
-#   OUT=/some/dir bash benchmarks/gpu/run_all.sh
+#   OUT=/some/dir PARTS="probe fidelity embedded" bash benchmarks/gpu/run_all.sh
 #
-# Installs the wheels carried in .whl/ (what the machine lacks: fastapi, uvicorn, pydantic,
-# openai, a newer transformers, ...) into /tmp/site, runs servelab from the source tree,
-# and serves the embedded h200-ref preset (a 2.6B-parameter Qwen3-MoE-style model with
-# random weights, generated on the spot) with transformers serve on GPU 0, swept by
-# `servelab run`. Logs and the run directory, tarred, go to $OUT.
+# Installs the wheels carried in .whl/ (what the machine lacks: pydantic, orjson, and for
+# the embedded engine fastapi, uvicorn, openai, a newer transformers, ...) into /tmp/site,
+# and SGLang's client with the modules it imports from .whl-sglang/ into /tmp/sglsite, then
+# runs servelab from the source tree. Parts:
+#   probe     `servelab probe` (facts, with NVML's raw readings recorded) and
+#             `servelab probe --comm --json` (measurements)
+#   fidelity  benchmarks/client_fidelity.py: servelab's and SGLang's clients against the
+#             simulator at 256 and 1,024 streams, on this machine's many cores
+#   embedded  the h200-ref embedded engine (a 2.6B-parameter Qwen3-MoE-style model with
+#             random weights, generated on the spot) served by transformers serve on GPU 0,
+#             swept by `servelab run`
+# Logs and results, tarred, go to $OUT (only a few files come back from a run).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/servelab-gpu}
-mkdir -p "$OUT"
+PARTS=${PARTS:-probe fidelity}
+mkdir -p "$OUT/logs"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 SERVELAB_CACHE=/tmp/servelab-cache
+PIP_TARGET=(python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade)
 if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
+    "${PIP_TARGET[@]}" --target /tmp/site .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+LOGS="$OUT/logs"
 
 {
     nvidia-smi --query-gpu=name,memory.total,power.limit,clocks.max.sm --format=csv
+    nvidia-smi topo -m
     python3 -c "import sys, torch, transformers; print(sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name(0))"
-} > "$OUT/env.txt" 2>&1
+    nproc
+} > "$LOGS/env.txt" 2>&1
 
-RUN="$OUT/run-h200-ref"
-start=$(date +%s)
-# SIGINT at the limit: servelab keeps what it measured and still writes report.md.
-timeout -s INT "${RUN_LIMIT_S:-480}" python3 -m servelab run --preset h200-ref \
-    --concurrency "${CONCURRENCY:-1,4,16,64,256}" --input-len 512 --output-len 128 \
-    --out "$RUN" > "$OUT/run.log" 2>&1
-echo "servelab run exit code $? after $(( $(date +%s) - start )) s" >> "$OUT/run.log"
-nvidia-smi --query-gpu=memory.used --format=csv >> "$OUT/env.txt" 2>&1
-tar -C "$OUT" -czf "$OUT/run-h200-ref.tgz" run-h200-ref && rm -rf "$RUN"
+timed() {  # timed NAME COMMAND...: run, log, and note the exit code and seconds
+    local name=$1 start
+    shift
+    start=$(date +%s.%N)
+    "$@" > "$LOGS/$name.out" 2> "$LOGS/$name.err"
+    echo "$name: exit $? after $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s" \
+        | tee -a "$LOGS/times.txt"
+}
+
+if [[ " $PARTS " == *" probe "* ]]; then
+    timed probe python3 -m servelab probe --record-nvml "$LOGS/nvml-recording.json" \
+        --out "$LOGS/probe"
+    timed probe-comm python3 -m servelab probe --comm --json --out "$LOGS/probe-comm"
+    # One rank is enough to exercise the NCCL harness and its log parsing on one GPU.
+    timed nccl-one-rank python3 -c "from servelab.probe.comm.allreduce import \
+run_allreduce, allreduce_sizes; print(run_allreduce(world_size=1, backend='nccl', \
+device_type='cuda', sizes_bytes=allreduce_sizes(factor=4), timeout_s=120, \
+log_dir=__import__('pathlib').Path('$LOGS/nccl-one-rank')).model_dump_json(indent=1))"
+fi
+
+if [[ " $PARTS " == *" fidelity "* ]]; then
+    if [ -d .whl-sglang ]; then
+        "${PIP_TARGET[@]}" --target /tmp/sglsite .whl-sglang/*.whl || exit 1
+    fi
+    # No GPU for SGLang's client: with CUDA visible, sglang imports its kernel package.
+    printf '#!/bin/sh\nCUDA_VISIBLE_DEVICES= PYTHONPATH=/tmp/sglsite:%s exec python3 "$@"\n' \
+        "$PYTHONPATH" \
+        > /tmp/sglang-python
+    chmod +x /tmp/sglang-python
+    timed fidelity python3 benchmarks/client_fidelity.py --concurrency 256,1024 \
+        --sim-workers 4 --sglang-python /tmp/sglang-python --keep "$LOGS/fidelity-runs"
+    rm -rf "$LOGS/fidelity-runs"/*/*/runs
+fi
+
+if [[ " $PARTS " == *" embedded "* ]]; then
+    # SIGINT at the limit: servelab keeps what it measured and still writes report.md.
+    timed embedded timeout -s INT "${RUN_LIMIT_S:-480}" python3 -m servelab run \
+        --preset h200-ref --concurrency "${CONCURRENCY:-1,4,16,64,256}" --input-len 512 \
+        --output-len 128 --out "$LOGS/run-h200-ref"
+fi
+
+nvidia-smi --query-gpu=memory.used --format=csv >> "$LOGS/env.txt" 2>&1
+tar -C "$OUT" -czf "$OUT/logs.tgz" logs && rm -rf "$LOGS"

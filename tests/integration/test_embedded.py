@@ -84,8 +84,13 @@ def test_servelab_run_end_to_end(tmp_path: Path):
         "transformers.cli.transformers",
         "## Machine",
         "| 64 ",
+        "## Machine verdicts",
+        "No NVIDIA GPU visible",
     ):
         assert part in report
+    probe = json.loads((out / "probe.json").read_text())
+    assert probe["schema"] == "servelab.probe/1"
+    assert "no-nvidia-gpu" in [v["code"] for v in probe["verdicts"]]
     assert "Uvicorn running" in (out / "engine.log").read_text()
     pid = summary["engine"]["pid"]
     with pytest.raises(ProcessLookupError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from servelab.cli.bench import bench
+from servelab.cli.probe import probe
 from servelab.cli.run import run
 from servelab.cli.sim import sim
 
@@ -22,6 +23,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command("probe")(probe)
 app.command("bench")(bench)
 app.command("run")(run)
 app.command("sim")(sim)

@@ -1,4 +1,4 @@
-"""`servelab run`: launch (or attach) → sweep → knee → report.md → stop.
+"""`servelab run`: probe → launch (or attach) → sweep → knee → report.md → stop.
 
 With no URL it starts the embedded engine (a generated model served by the real
 `transformers serve` on the CPU), so the whole loop runs on any machine.
@@ -20,6 +20,8 @@ from servelab.core.errors import Interrupted
 from servelab.diagnose import Knee, find_knee
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import RunningEngine, launch_engine
+from servelab.probe.collect import run_probe
+from servelab.probe.report import ProbeReport
 from servelab.report import render_run_report
 from servelab.store import RunDir, default_run_name
 
@@ -36,6 +38,7 @@ DEFAULT_CONCURRENCY = (1, 4, 16, 64)
 DEFAULT_RUN_INPUT_LEN = 128
 DEFAULT_RUN_OUTPUT_LEN = 64
 REPORT_FILENAME = "report.md"
+PROBE_FILENAME = "probe.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +80,9 @@ def run_pipeline(
     run_dir = RunDir.create(name=name, out=config.out, root=config.runs_root)
     engine: RunningEngine | None = None
     try:
+        on_event(Notice("probing the machine"))
+        probe = run_probe()
+        run_dir.write_text(PROBE_FILENAME, probe.model_dump_json(by_alias=True, indent=2) + "\n")
         if config.url is None:
             engine = launch_engine(
                 EngineSpec(engine="embedded", model=config.preset),
@@ -89,9 +95,9 @@ def run_pipeline(
                 bench, on_event=on_event, run_dir=run_dir, engine_info=_engine_info(engine)
             )
         except Interrupted:
-            _write_report(run_dir, _load_summary(run_dir), engine)
+            _write_report(run_dir, _load_summary(run_dir), engine, probe)
             raise
-        knee, report = _write_report(run_dir, outcome.summary, engine)
+        knee, report = _write_report(run_dir, outcome.summary, engine, probe)
         return RunResult(outcome.summary, knee, run_dir.path, report)
     finally:
         if engine is not None:
@@ -151,10 +157,15 @@ def _load_summary(run_dir: RunDir) -> BenchSummary | None:
 
 
 def _write_report(
-    run_dir: RunDir, summary: BenchSummary | None, engine: RunningEngine | None
+    run_dir: RunDir,
+    summary: BenchSummary | None,
+    engine: RunningEngine | None,
+    probe: ProbeReport,
 ) -> tuple[Knee, Path]:
     knee = find_knee(summary.levels if summary else [])
     if summary is None:
         return knee, run_dir.path / REPORT_FILENAME
-    text = render_run_report(summary, knee=knee, engine_command=engine.command if engine else None)
+    text = render_run_report(
+        summary, knee=knee, engine_command=engine.command if engine else None, probe=probe
+    )
     return knee, run_dir.write_text(REPORT_FILENAME, text)

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from servelab.bench.results import BenchSummary
 from servelab.diagnose.knee import Knee
+from servelab.probe.report import ProbeReport
+from servelab.probe.verdict import Severity
 from servelab.report.tables import SWEEP_COLUMNS, sweep_rows
 
 __all__ = ["render_run_report"]
@@ -17,9 +19,10 @@ def render_run_report(
     *,
     knee: Knee,
     engine_command: Sequence[str] | None,
+    probe: ProbeReport | None = None,
     title: str = "servelab run",
 ) -> str:
-    """The Markdown report of a sweep: table, knee, engine command, machine."""
+    """The Markdown report of a sweep: table, knee, machine verdicts, engine command, machine."""
     run = summary.run
     with_slo = any(s.slo_ms for s in summary.levels)
     header = list(SWEEP_COLUMNS) + (["goodput req/s", "good %"] if with_slo else [])
@@ -51,6 +54,8 @@ def render_run_report(
     notes = list(run.notes) + [n for s in summary.levels for n in s.notes]
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in dict.fromkeys(notes)]
+    if probe is not None:
+        lines += ["", "## Machine verdicts", "", *_verdict_lines(probe)]
     if engine_command:
         lines += ["", "## Engine command", "", "```", shlex.join(engine_command), "```"]
     lines += ["", "## Machine", ""]
@@ -67,3 +72,16 @@ def _workload(workload: dict) -> str:
         parts.append(f"{workload['output_len']} output tokens")
     parts.append(f"input lengths by {workload.get('input_len_method')}")
     return ", ".join(parts)
+
+
+def _verdict_lines(probe: ProbeReport) -> list[str]:
+    """Each verdict as one bullet with its evidence; the full facts are in probe.json."""
+    lines = [f"From `probe.json` ({probe.virtualization.summary}):", ""]
+    for verdict in probe.verdicts:
+        lines.append(
+            f"- **{verdict.severity.value}** {verdict.title}: {'; '.join(verdict.evidence)}"
+        )
+        if verdict.severity is not Severity.OK:
+            lines.append(f"  - why it matters: {verdict.meaning}")
+            lines.append(f"  - try: {verdict.action}")
+    return lines

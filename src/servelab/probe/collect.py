@@ -1,0 +1,82 @@
+"""`run_probe`: read the machine's facts, measure when asked, and judge them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from servelab import __version__
+from servelab.probe.comm_verdicts import comm_verdicts
+from servelab.probe.gpu_verdicts import gpu_verdicts
+from servelab.probe.gpus import GpuInventory, collect_gpus
+from servelab.probe.host import read_host
+from servelab.probe.host_verdicts import host_verdicts, no_gpu_verdict
+from servelab.probe.nvml import open_nvml_with_reason
+from servelab.probe.report import NvmlStatus, ProbeReport
+from servelab.probe.virt import detect_virtualization
+
+__all__ = ["run_probe"]
+
+
+def run_probe(
+    *,
+    comm: bool = False,
+    quick: bool = False,
+    log_dir: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ProbeReport:
+    """Facts (no load, seconds); with `comm`, the torch measurements too (a minute or two).
+
+    A machine without an NVIDIA GPU or NVML is normal: its report holds the host facts
+    and the verdict "no NVIDIA GPU visible".
+    """
+    say = progress or (lambda _message: None)
+    started = time.perf_counter()
+    say("reading host facts")
+    host = read_host()
+    say("reading GPUs through NVML")
+    inventory, nvml = _read_gpus()
+    modes = {g.virtualization_mode for g in inventory.gpus} if inventory else set()
+    guest_modes = sorted(m for m in modes if m not in (None, "none"))
+    virt = detect_virtualization(nvml_mode=guest_modes[0] if guest_modes else None)
+    verdicts = host_verdicts(host, virt)
+    if inventory is None or not inventory.gpus:
+        verdicts.append(no_gpu_verdict(nvml.reason))
+    else:
+        verdicts += gpu_verdicts(inventory, process_cpus=host.affinity, in_vm=virt.vm is not None)
+    comm_results = None
+    if comm:
+        from servelab.probe.comm import cuda_uuid_map, run_comm
+
+        comm_results = run_comm(progress=say, quick=quick, log_dir=log_dir)
+        if inventory is not None and comm_results.devices:
+            uuids = cuda_uuid_map()
+            for gpu in inventory.gpus:
+                gpu.cuda_index = uuids.get(gpu.uuid or "")
+        verdicts += comm_verdicts(comm_results)
+    return ProbeReport(
+        created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
+        servelab_version=__version__,
+        duration_s=round(time.perf_counter() - started, 3),
+        host=host,
+        virtualization=virt,
+        nvml=nvml,
+        gpus=inventory,
+        comm=comm_results,
+        verdicts=sorted(verdicts, key=lambda v: v.severity.rank),
+    )
+
+
+def _read_gpus() -> tuple[GpuInventory | None, NvmlStatus]:
+    source, reason = open_nvml_with_reason()
+    if source is None:
+        return None, NvmlStatus(available=False, reason=reason)
+    try:
+        inventory = collect_gpus(source)
+    finally:
+        source.close()
+    if not inventory.gpus:
+        return inventory, NvmlStatus(available=True, reason="NVML reports 0 devices")
+    return inventory, NvmlStatus(available=True)

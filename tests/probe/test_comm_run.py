@@ -1,0 +1,106 @@
+"""run_comm on this machine (no CUDA), and the parts of its plan that need no GPU."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+import servelab.probe.comm as comm
+from servelab.probe.comm import (
+    NEEDS_TWO_GPUS,
+    NO_CUDA,
+    NO_DEVICES,
+    NO_TORCH,
+    PARTS,
+    CommResults,
+    CudaDevice,
+    cuda_uuid_map,
+    run_comm,
+)
+
+
+def test_importing_the_comm_package_does_not_import_torch():
+    code = (
+        "import sys, servelab.probe.comm, servelab.probe.comm.worker, servelab.model.gpus; "
+        "sys.exit('torch' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_without_cuda_every_part_is_skipped_with_the_reason():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    heard: list[str] = []
+    results = run_comm(progress=heard.append)
+    assert results.skipped == dict.fromkeys(PARTS, NO_CUDA)
+    assert results.errors == {}
+    assert results.devices == []
+    assert results.memory_copy is None and results.p2p is None and results.allreduce is None
+    assert results.torch_version == str(torch.__version__)
+    assert heard == []
+    assert cuda_uuid_map() == {}
+    # The result survives a JSON round trip, as the store will keep it.
+    assert CommResults.model_validate_json(results.model_dump_json()) == results
+
+
+def test_without_torch_every_part_is_skipped(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+    results = run_comm()
+    assert results.skipped == dict.fromkeys(PARTS, NO_TORCH)
+    assert cuda_uuid_map() == {}
+
+
+def test_one_gpu_skips_the_pairwise_parts(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    device = CudaDevice(index=0, name="NVIDIA H200", uuid="GPU-x", compute_capability="9.0")
+    monkeypatch.setattr(comm, "_cuda_devices", lambda: [device])
+    ran: list[list[object]] = []
+    monkeypatch.setattr(comm, "_single_device_parts", lambda _r, devices, *_a: ran.append(devices))
+    results = run_comm()
+    assert ran == [[torch.device("cuda", 0)]]
+    assert results.skipped == {"p2p": NEEDS_TWO_GPUS, "allreduce": NEEDS_TWO_GPUS}
+    assert results.errors == {}
+
+
+def test_unreadable_devices_are_an_error_not_an_exception(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+
+    def broken() -> list[CudaDevice]:
+        raise RuntimeError("CUDA driver initialization failed")
+
+    monkeypatch.setattr(comm, "_cuda_devices", broken)
+    results = run_comm()
+    assert results.errors == {"devices": "RuntimeError: CUDA driver initialization failed"}
+    assert results.skipped == dict.fromkeys(PARTS, NO_DEVICES)
+
+
+def test_a_failing_measurement_is_recorded_not_raised():
+    results = CommResults()
+    with comm._recorded(results, "memory_copy:cuda:3"):
+        raise RuntimeError("CUDA error: out of memory")
+    assert results.errors == {"memory_copy:cuda:3": "RuntimeError: CUDA error: out of memory"}
+
+
+class _FakeCUuuid:
+    """torch >= 2.4 returns a _CUuuid whose str() is the bare UUID."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def test_torch_uuids_become_nvml_uuids():
+    bare = str(uuid.UUID(int=0x5A3F1C2B_0000_4000_8000_0123456789AB))
+    assert comm._nvml_uuid(_FakeCUuuid(bare)) == f"GPU-{bare}"
+    assert comm._nvml_uuid(f"GPU-{bare}") == f"GPU-{bare}"  # older torch: a prefixed string
+    assert comm._nvml_uuid("MIG-abc") == "MIG-abc"
