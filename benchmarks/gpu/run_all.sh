@@ -11,6 +11,8 @@
 #             `servelab probe --comm --json` (measurements)
 #   fidelity  benchmarks/client_fidelity.py: servelab's and SGLang's clients against the
 #             simulator at 256 and 1,024 streams, on this machine's many cores
+#   decode    benchmarks/gpu/decode_step.py: one decode step of the h200-ref model in plain
+#             torch, eager and as a CUDA graph, against its memory-bound floor
 #   embedded  the h200-ref embedded engine (a 2.6B-parameter Qwen3-MoE-style model with
 #             random weights, generated on the spot) served by transformers serve on GPU 0,
 #             swept by `servelab run`
@@ -69,6 +71,11 @@ if [[ " $PARTS " == *" fidelity "* ]]; then
     timed fidelity python3 benchmarks/client_fidelity.py --concurrency 256,1024 \
         --sim-workers 4 --sglang-python /tmp/sglang-python --keep "$LOGS/fidelity-runs"
     rm -rf "$LOGS/fidelity-runs"/*/*/runs
+fi
+
+if [[ " $PARTS " == *" decode "* ]]; then
+    timed decode python3 benchmarks/gpu/decode_step.py --preset h200-ref \
+        --json-out "$LOGS/decode-step.json"
 fi
 
 if [[ " $PARTS " == *" embedded "* ]]; then
