@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from servelab.cli.bench import bench
+from servelab.cli.model import model
 from servelab.cli.probe import probe
 from servelab.cli.run import run
 from servelab.cli.sim import sim
@@ -25,6 +26,7 @@ app = typer.Typer(
 )
 app.command("probe")(probe)
 app.command("bench")(bench)
+app.command("model")(model)
 app.command("run")(run)
 app.command("sim")(sim)
 

@@ -1,0 +1,146 @@
+"""What the performance model returns: pydantic results with the unit in every numeric name.
+
+Bytes and FLOPs are per GPU unless the name says otherwise; times are seconds. Each
+field's formula is in docs/MODEL.md.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servelab.model.calibration import Replacement
+from servelab.model.formats import WeightPlan
+from servelab.model.params import ParamCounts
+
+__all__ = [
+    "MODEL_SCHEMA",
+    "Bound",
+    "KvCapacity",
+    "ModelComparison",
+    "ModelReport",
+    "StepBreakdown",
+    "ThroughputPoint",
+    "WeightMemory",
+]
+
+MODEL_SCHEMA = "servelab.model/1"
+
+Bound = Literal["memory", "compute", "communication", "overhead"]
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class WeightMemory(_Result):
+    """Weights held by one GPU of the heaviest pipeline stage, by component."""
+
+    embeddings_bytes: float
+    attention_bytes: float
+    dense_mlp_bytes: float
+    experts_bytes: float = Field(description="Routed experts: all of them, not only the active.")
+    shared_experts_bytes: float
+    router_and_norms_bytes: float
+    lm_head_bytes: float
+    per_gpu_bytes: float = Field(description="The sum: what must fit beside the KV cache.")
+    model_bytes: float = Field(description="One copy of the whole model in its formats.")
+
+
+class KvCapacity(_Result):
+    """The KV cache: its cost per token, the room left for it, and what that room holds."""
+
+    kv_bytes_per_token: float = Field(
+        description="One token's cache over all layers, one copy (GQA: 2 kv_heads head_dim; "
+        "MLA: kv_lora_rank + rope dim; DSA adds the indexer key), all GPUs together."
+    )
+    kv_bytes_per_token_per_gpu: float = Field(
+        description="What one token costs on one GPU of the heaviest stage: GQA heads are "
+        "sharded by tp, an MLA latent is replicated on every tp rank."
+    )
+    usable_bytes_per_gpu: float = Field(description="Memory x mem_fraction.")
+    weights_bytes_per_gpu: float
+    activation_reserve_bytes: float
+    kv_pool_bytes_per_gpu: float = Field(description="usable - weights - activation reserve.")
+    capacity_tokens: int = Field(description="Tokens the whole deployment can cache (all dp).")
+    tokens_per_request: int = Field(description="input + output length.")
+    max_concurrency: int = Field(description="capacity_tokens // tokens_per_request.")
+
+
+class StepBreakdown(_Result):
+    """One forward pass along its critical path, per GPU; step_s is the sum of the parts."""
+
+    batch: float = Field(description="Requests decoding in the step (all dp replicas).")
+    context_tokens: float = Field(description="KV entries each decoding request has (mean).")
+    prefill_tokens: float = Field(description="New prompt tokens in the step (all replicas).")
+    weight_bytes: float = Field(description="Non-expert weights read (LM head included).")
+    expert_bytes: float = Field(description="Routed-expert weights read: expected distinct ones.")
+    kv_bytes: float = Field(description="KV cache read.")
+    memory_s: float = Field(description="(weights + experts + KV) / memory bandwidth.")
+    flops: float
+    compute_s: float = Field(description="FLOPs over the rate of each matmul's format.")
+    gpu_busy_s: float = Field(description="max(memory_s, compute_s), summed along the path.")
+    allreduce_s: float
+    allreduces: int = Field(description="Tensor-parallel all-reduces along the path.")
+    alltoall_s: float = Field(description="Expert-parallel dispatch and combine.")
+    pp_send_s: float = Field(description="Activations sent between pipeline stages.")
+    communication_s: float
+    pp_bubble_fraction: float = Field(description="Share of stage time idle (batch < pp).")
+    overhead_s: float = Field(description="The per-step engine allowance.")
+    step_s: float = Field(description="gpu_busy_s + communication_s + overhead_s.")
+    distinct_experts_per_layer: float = Field(
+        description="Expected experts a MoE layer runs: E (1 - (1 - k/E)^tokens)."
+    )
+    bound: Bound = Field(description="The largest term of step_s (busy: memory or compute).")
+    tokens_per_s: float = Field(description="Decode: batch / step_s; prefill: tokens / step_s.")
+
+
+class ThroughputPoint(_Result):
+    """Closed-loop steady state at one concurrency: each request prefills, then decodes."""
+
+    concurrency: int
+    tpot_ms: float = Field(description="Decode step at the mean context, input + output/2.")
+    prefill_s: float = Field(description="Prefill of every request's input, once per cycle.")
+    output_tokens_per_s: float = Field(
+        description="concurrency x output / (output x step + prefill of the batch)."
+    )
+    total_tokens_per_s: float = Field(description="Input and output tokens over the same time.")
+    bound: Bound
+
+
+class ModelReport(_Result):
+    """`servelab model`'s document: one deployment's ceilings and where the time goes."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    schema_: str = Field(default=MODEL_SCHEMA, alias="schema")
+    model: str
+    family: str
+    gpu: str
+    gpus: int
+    layout: str
+    weights: WeightPlan
+    kv_dtype: str
+    step_overhead_us: float
+    input_len: int
+    output_len: int
+    params: ParamCounts
+    weight_memory: WeightMemory
+    kv: KvCapacity
+    single_stream_tokens_per_s: float = Field(description="1 / decode step at batch 1.")
+    single_stream: StepBreakdown
+    step: StepBreakdown = Field(description="The decode step at the asked batch and context.")
+    prefill: StepBreakdown = Field(description="One request's prefill of input_len tokens.")
+    throughput: list[ThroughputPoint]
+    calibration: list[Replacement] = Field(description="Datasheet figures measurements replaced.")
+    assumptions: list[str]
+
+
+class ModelComparison(_Result):
+    """Several layouts of one model side by side (`--compare`)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    schema_: str = Field(default=MODEL_SCHEMA, alias="schema")
+    reports: list[ModelReport]

@@ -1,0 +1,201 @@
+"""Public config.json files (trimmed to the keys that matter), with their published sizes."""
+
+from __future__ import annotations
+
+LLAMA_31_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 128256,
+}
+
+QWEN25_7B = {
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "tie_word_embeddings": False,
+    "vocab_size": 152064,
+}
+
+QWEN3_8B = {
+    "model_type": "qwen3",
+    "attention_bias": False,
+    "head_dim": 128,
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 36,
+    "num_key_value_heads": 8,
+    "tie_word_embeddings": False,
+    "vocab_size": 151936,
+}
+
+QWEN15_MOE_A27B = {
+    "model_type": "qwen2_moe",
+    "hidden_size": 2048,
+    "intermediate_size": 5632,
+    "moe_intermediate_size": 1408,
+    "shared_expert_intermediate_size": 5632,
+    "num_experts": 60,
+    "num_experts_per_tok": 4,
+    "decoder_sparse_step": 1,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "num_hidden_layers": 24,
+    "tie_word_embeddings": False,
+    "vocab_size": 151936,
+}
+
+QWEN3_30B_A3B = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "attention_bias": False,
+    "decoder_sparse_step": 1,
+    "head_dim": 128,
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "max_position_embeddings": 40960,
+    "mlp_only_layers": [],
+    "model_type": "qwen3_moe",
+    "moe_intermediate_size": 768,
+    "norm_topk_prob": True,
+    "num_attention_heads": 32,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 4,
+    "tie_word_embeddings": False,
+    "vocab_size": 151936,
+}
+
+MIXTRAL_8X7B = {
+    "model_type": "mixtral",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "tie_word_embeddings": False,
+    "vocab_size": 32000,
+}
+
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "first_k_dense_replace": 3,
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "kv_lora_rank": 512,
+    "model_type": "deepseek_v3",
+    "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1,
+    "n_group": 8,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_attention_heads": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 61,
+    "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1,
+    "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "quantization_config": {
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "quant_method": "fp8",
+        "weight_block_size": [128, 128],
+    },
+    "tie_word_embeddings": False,
+    "v_head_dim": 128,
+    "vocab_size": 129280,
+}
+
+DEEPSEEK_V32 = {
+    **DEEPSEEK_V3,
+    "architectures": ["DeepseekV32ForCausalLM"],
+    "model_type": "deepseek_v32",
+    "index_head_dim": 128,
+    "index_n_heads": 64,
+    "index_topk": 2048,
+}
+
+GLM45_AIR = {
+    "architectures": ["Glm4MoeForCausalLM"],
+    "attention_bias": True,
+    "first_k_dense_replace": 1,
+    "head_dim": 128,
+    "hidden_size": 4096,
+    "intermediate_size": 10944,
+    "model_type": "glm4_moe",
+    "moe_intermediate_size": 1408,
+    "n_routed_experts": 128,
+    "n_shared_experts": 1,
+    "num_attention_heads": 96,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 46,
+    "num_key_value_heads": 8,
+    "num_nextn_predict_layers": 1,
+    "partial_rotary_factor": 0.5,
+    "tie_word_embeddings": False,
+    "use_qk_norm": False,
+    "vocab_size": 151552,
+}
+
+# zai-org/GLM-5.1 config.json; GLM-5's architecture numbers are the same.
+GLM5 = {
+    "architectures": ["GlmMoeDsaForCausalLM"],
+    "first_k_dense_replace": 3,
+    "head_dim": 64,
+    "hidden_size": 6144,
+    "index_head_dim": 128,
+    "index_n_heads": 32,
+    "index_topk": 2048,
+    "intermediate_size": 12288,
+    "kv_lora_rank": 512,
+    "max_position_embeddings": 202752,
+    "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1,
+    "model_type": "glm_moe_dsa",
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_attention_heads": 64,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 78,
+    "num_key_value_heads": 64,
+    "num_nextn_predict_layers": 1,
+    "q_lora_rank": 2048,
+    "qk_head_dim": 256,
+    "qk_nope_head_dim": 192,
+    "qk_rope_head_dim": 64,
+    "tie_word_embeddings": False,
+    "v_head_dim": 256,
+    "vocab_size": 154880,
+}
+
+# (config, published total, published active, active counts embeddings?)
+PUBLISHED = {
+    "llama-3.1-8b": (LLAMA_31_8B, 8.03e9, 8.03e9, True),
+    "qwen2.5-7b": (QWEN25_7B, 7.61e9, 7.61e9, True),
+    "qwen3-8b": (QWEN3_8B, 8.2e9, 8.2e9, True),
+    "qwen1.5-moe-a2.7b": (QWEN15_MOE_A27B, 14.3e9, 2.7e9, True),
+    "qwen3-30b-a3b": (QWEN3_30B_A3B, 30.5e9, 3.3e9, True),
+    "mixtral-8x7b": (MIXTRAL_8X7B, 46.7e9, 12.9e9, True),
+    "deepseek-v3": (DEEPSEEK_V3, 671e9, 37e9, True),
+    "glm-4.5-air": (GLM45_AIR, 106e9, 12e9, False),
+    "glm-5": (GLM5, 744e9, 40e9, False),
+}
