@@ -1,9 +1,9 @@
-"""`servelab sim`: the OpenAI-compatible simulator with fixed timing and injected faults."""
+"""`servelab sim`: the OpenAI-compatible simulator: fixed timing or continuous batching."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -12,17 +12,103 @@ from servelab.cli.exit_codes import handle_errors
 from servelab.cli.options import check_range
 from servelab.core.errors import ConfigError
 
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 __all__ = ["sim"]
+
+LINEAR = "linear"
+"""The profile the --step-* flags describe (servelab.sim.stepcost.LINEAR_PROFILE)."""
+MODEL = "model"
+"""The profile --model describes (servelab.sim.model_profile.MODEL_PROFILE)."""
 
 
 def sim(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one.")] = 8000,
-    model: Annotated[str, typer.Option(help="Model name it serves.")] = "servelab-sim",
+    served_name: Annotated[
+        str | None,
+        typer.Option(help="Model name it serves. Default: --model's, else servelab-sim."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Continuous batching timed by `servelab model` for this preset or config.json"
+            " (with --gpu, --gpus, --tp, ...: the `model` profile)."
+        ),
+    ] = None,
+    gpu: Annotated[str | None, typer.Option(help="Model profile: GPU slug, e.g. h200.")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Model profile: GPU count.")] = None,
+    tp: Annotated[int | None, typer.Option(help="Model profile: tensor parallel size.")] = None,
+    pp: Annotated[int, typer.Option(help="Model profile: pipeline parallel size.")] = 1,
+    ep: Annotated[int, typer.Option(help="Model profile: expert parallel size.")] = 1,
+    dp: Annotated[int, typer.Option(help="Model profile: data parallel size.")] = 1,
+    weights: Annotated[
+        str | None, typer.Option(help="Model profile: weight format (bf16, fp8, nvfp4, int4).")
+    ] = None,
+    kv_dtype: Annotated[str, typer.Option(help="Model profile: KV cache dtype.")] = "bf16",
+    time_scale: Annotated[
+        float | None,
+        typer.Option(
+            help="Batching: run every step this many times faster (a quick what-if:"
+            " throughputs scale by it, their ratios between loads do not); default 1."
+        ),
+    ] = None,
     ttft_ms: Annotated[
-        float, typer.Option(help="From request received to the first text chunk, in ms.")
-    ] = 50.0,
-    itl_ms: Annotated[float, typer.Option(help="Between consecutive text chunks, in ms.")] = 20.0,
+        float | None,
+        typer.Option(
+            help="Fixed timing: request start to the first text chunk, in ms; default 50."
+        ),
+    ] = None,
+    itl_ms: Annotated[
+        float | None,
+        typer.Option(help="Fixed timing: between consecutive text chunks, in ms; default 20."),
+    ] = None,
+    max_running_requests: Annotated[
+        int | None,
+        typer.Option(help="Requests generating at once; the rest queue in arrival order."),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="Continuous batching with this step-cost profile: `linear` (the --step-*"
+            " flags), `model` (--model ...), or `glm5-rtxpro6000-tp8` (DESIGN.md's story:"
+            " GLM-5 NVFP4 on 8 RTX PRO 6000, TP8, running requests capped at 64). Without"
+            " one, timing is fixed."
+        ),
+    ] = None,
+    step_base_ms: Annotated[
+        float | None, typer.Option(help="Linear profile: every step, in ms; default 10.")
+    ] = None,
+    step_per_seq_ms: Annotated[
+        float | None,
+        typer.Option(help="Linear profile: per decoding request in a step, in ms; default 0.05."),
+    ] = None,
+    prefill_per_token_ms: Annotated[
+        float | None,
+        typer.Option(help="Linear profile: per prompt token prefilled, in ms; default 0.02."),
+    ] = None,
+    step_per_context_token_ms: Annotated[
+        float | None,
+        typer.Option(
+            help="Linear profile: per context token of the decoding requests, in ms; default 0."
+        ),
+    ] = None,
+    kv_capacity_tokens: Annotated[
+        int | None,
+        typer.Option(help="Batching: KV cache size in tokens; default the profile's, or none."),
+    ] = None,
+    chunked_prefill_size: Annotated[
+        int | None,
+        typer.Option(help="Batching: prompt tokens prefilled per step; default 8192, SGLang's."),
+    ] = None,
+    step_overhead_ms: Annotated[
+        float | None,
+        typer.Option(help="Batching: added to every step (scheduling, launch), in ms; default 0."),
+    ] = None,
+    metrics_style: Annotated[
+        str, typer.Option(help="Names of the metrics at GET /metrics: sglang or vllm.")
+    ] = "sglang",
     tokens_per_chunk: Annotated[int, typer.Option(help="Tokens carried by each chunk.")] = 1,
     reasoning_tokens: Annotated[
         int, typer.Option(help="Chat: the first N tokens go out as reasoning_content.")
@@ -53,14 +139,17 @@ def sim(
         typer.Option(help="Write the server's own timestamps of every request here (JSONL)."),
     ] = None,
     workers: Annotated[
-        int, typer.Option(help="Server processes sharing the port (SO_REUSEPORT).")
+        int, typer.Option(help="Fixed timing: processes sharing the port (SO_REUSEPORT).")
     ] = 1,
 ) -> None:
-    """Serve /v1/chat/completions and /v1/completions with exact, known timing.
+    """Serve /v1/chat/completions and /v1/completions with known timing, and /metrics.
 
-    One token is one word; chunk k of a request is sent at receive + TTFT + k x ITL, on
-    absolute times. The server's own send times (--record) are the ground truth that
-    servelab's client is tested against.
+    One token is one word. Fixed timing: chunk k of a request is sent at start + TTFT +
+    k x ITL on absolute times, the start being its receive time (or, with
+    --max-running-requests, when a slot frees up). Batching (--profile or --step-*): a
+    continuous-batching engine whose steps each give every running request a token, their
+    duration from the profile. The server's own send times (--record) are the ground truth
+    that servelab's client is tested against. The same seed and arrivals give the same run.
     """
     err = Console(stderr=True)
     with handle_errors(err):
@@ -71,21 +160,71 @@ def sim(
             ("--stall-rate", stall_rate),
         ):
             check_range(name, value, low=0, high=1)
-        check_range("--ttft-ms", ttft_ms, low=0)
-        check_range("--itl-ms", itl_ms, low=0)
-        check_range("--tokens-per-chunk", tokens_per_chunk, low=1)
-        check_range("--reasoning-tokens", reasoning_tokens, low=0)
+        for name, value in (
+            ("--ttft-ms", ttft_ms),
+            ("--itl-ms", itl_ms),
+            ("--step-base-ms", step_base_ms),
+            ("--step-per-seq-ms", step_per_seq_ms),
+            ("--prefill-per-token-ms", prefill_per_token_ms),
+            ("--step-per-context-token-ms", step_per_context_token_ms),
+            ("--step-overhead-ms", step_overhead_ms),
+            ("--reasoning-tokens", reasoning_tokens),
+        ):
+            check_range(name, value, low=0)
+        for name, value in (
+            ("--tokens-per-chunk", tokens_per_chunk),
+            ("--max-running-requests", max_running_requests),
+            ("--kv-capacity-tokens", kv_capacity_tokens),
+            ("--chunked-prefill-size", chunked_prefill_size),
+            ("--workers", workers),
+        ):
+            check_range(name, value, low=1)
+        linear = {
+            "step_base_ms": step_base_ms,
+            "step_per_seq_ms": step_per_seq_ms,
+            "prefill_per_token_ms": prefill_per_token_ms,
+            "step_per_context_token_ms": step_per_context_token_ms,
+        }
+        profile = _profile(profile, linear)
+        if model is not None:
+            if profile not in (None, MODEL):
+                raise ConfigError(f"--model describes the {MODEL} profile, not --profile {profile}")
+            profile = MODEL
+        layout = {"gpu": gpu, "gpus": gpus, "tp": tp, "weights": weights}
+        if profile != MODEL and any(value is not None for value in layout.values()):
+            raise ConfigError("--gpu, --gpus, --tp and --weights describe --model's deployment")
+        engine = {
+            "ttft_ms": ttft_ms,
+            "itl_ms": itl_ms,
+            "kv_capacity_tokens": kv_capacity_tokens,
+            "chunked_prefill_size": chunked_prefill_size,
+            "step_overhead_ms": step_overhead_ms,
+            "time_scale": time_scale,
+        }
+        _check_mode(profile, engine, workers)
         from pydantic import ValidationError
 
         from servelab.sim import SimConfig, serve
+        from servelab.sim.stepcost import step_cost_for
 
+        given = {key: value for key, value in (linear | engine).items() if value is not None}
         try:
             config = SimConfig(
                 host=host,
                 port=port,
-                model=model,
-                ttft_ms=ttft_ms,
-                itl_ms=itl_ms,
+                model=served_name or model or "servelab-sim",
+                perf_model=model,
+                gpu=gpu,
+                gpus=gpus,
+                tp=tp,
+                pp=pp,
+                ep=ep,
+                dp=dp,
+                weights=weights,
+                kv_dtype=kv_dtype,
+                max_running_requests=max_running_requests,
+                profile=profile,
+                metrics_style=metrics_style,
                 tokens_per_chunk=tokens_per_chunk,
                 reasoning_tokens=reasoning_tokens,
                 send_usage=usage,
@@ -98,7 +237,55 @@ def sim(
                 seed=seed,
                 record_path=record,
                 workers=workers,
+                **given,
             )
         except ValidationError as exc:
-            raise ConfigError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+            raise ConfigError(_first_error(exc)) from None
+        step_cost_for(config)  # a deployment that cannot be built fails here, in one line
         serve(config, on_ready=lambda url: err.print(f"serving on {url}", highlight=False))
+
+
+def _profile(profile: str | None, linear: dict[str, float | None]) -> str | None:
+    """The step-cost profile: --profile, or `linear` when a --step-* flag is given."""
+    given = [key for key, value in linear.items() if value is not None]
+    if not given:
+        return profile
+    if profile is not None and profile != LINEAR:
+        raise ConfigError(
+            f"{_flag(given[0])} describes the {LINEAR} profile, not --profile {profile}"
+        )
+    return LINEAR
+
+
+def _check_mode(profile: str | None, engine: dict[str, float | None], workers: int) -> None:
+    """Refuse flags of the other mode: fixed timings with a profile, batching ones without."""
+    if profile is not None:
+        for key in ("ttft_ms", "itl_ms"):
+            if engine[key] is not None:
+                raise ConfigError(
+                    f"{_flag(key)} is a fixed timing; with a step-cost profile ({profile})"
+                    " the steps set the timing"
+                )
+        if workers != 1:
+            raise ConfigError(
+                "--workers must be 1 with continuous batching: one engine's batch cannot be"
+                " split across processes"
+            )
+        return
+    for key in ("kv_capacity_tokens", "chunked_prefill_size", "step_overhead_ms", "time_scale"):
+        if engine[key] is not None:
+            raise ConfigError(
+                f"{_flag(key)} needs continuous batching: give --profile or a --step-* flag"
+            )
+
+
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _first_error(exc: ValidationError) -> str:
+    """A pydantic ValidationError's first message, with the field it is about."""
+    error = exc.errors()[0]
+    message = str(error["msg"]).removeprefix("Value error, ")
+    field = ".".join(str(part) for part in error.get("loc", ()))
+    return f"{_flag(field)}: {message}" if field else message

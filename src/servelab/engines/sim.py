@@ -26,7 +26,7 @@ class SimAdapter:
     def command(self, spec: EngineSpec, *, host: str, port: int) -> list[str]:
         argv = [sys.executable, "-m", "servelab", "sim", "--host", host, "--port", str(port)]
         if spec.served_name:
-            argv += ["--model", spec.served_name]
+            argv += ["--served-name", spec.served_name]
         for key, value in spec.options.items():
             argv += _flag(key, value)
         return argv + list(spec.extra_args)

@@ -1,25 +1,38 @@
 """The simulated OpenAI-compatible engine: ground truth for timing, and a fault injector.
 
 `serve(SimConfig(...))` runs it as a process (what `servelab sim` does); `await
-start(config)` runs it in the current event loop for tests. Chunk timing comes from a
-`TimingSource`; `FixedTiming` (ttft, then a fixed gap between chunks) is the one built.
+start(config)` runs it in the current event loop for tests. Two engines: fixed timing
+(`FixedTiming`: ttft, then a fixed gap between chunks, optionally behind a running-request
+cap) and continuous batching (`Batcher`, stepped on the wall clock, each step's duration
+from a `StepCost`; named profiles in `PROFILES`). GET /metrics speaks SGLang's or vLLM's
+metric names.
 """
 
-from servelab.sim.config import SimConfig
+from servelab.sim.batching import Batcher, EngineRequest, Step
+from servelab.sim.config import MetricsStyle, SimConfig
 from servelab.sim.faults import Fault
 from servelab.sim.process import serve
 from servelab.sim.server import RunningSim, start
 from servelab.sim.stats import SimStats
+from servelab.sim.stepcost import PROFILES, LinearStepCost, StepCost, StepCostFactory
 from servelab.sim.timing import FixedTiming, TimedRequest, TimingSource
 from servelab.sim.truth import Outcome, TruthRecord, read_truth
 
 __all__ = [
+    "PROFILES",
+    "Batcher",
+    "EngineRequest",
     "Fault",
     "FixedTiming",
+    "LinearStepCost",
+    "MetricsStyle",
     "Outcome",
     "RunningSim",
     "SimConfig",
     "SimStats",
+    "Step",
+    "StepCost",
+    "StepCostFactory",
     "TimedRequest",
     "TimingSource",
     "TruthRecord",

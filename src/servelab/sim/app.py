@@ -1,7 +1,9 @@
-"""The simulator's HTTP surface: OpenAI-compatible routes on top of the scheduler.
+"""The simulator's HTTP surface: OpenAI-compatible routes on top of the engine.
 
-Handlers only decide what to answer; a streamed answer is handed to the `Scheduler`,
-which writes its frames at their due times while the handler waits for it to end.
+Handlers only decide what to answer; an accepted answer is handed to the engine (an
+`Admission`: fixed timing, or the batching `StepLoop`), which starts it now or once there
+is room; its frames are then written at their due times while the handler waits for it
+to end.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ import orjson
 from aiohttp import web
 
 from servelab.core.clock import NS_PER_S, now_ns
+from servelab.sim.admission import Admission, FixedAdmission
+from servelab.sim.batching import Batcher
 from servelab.sim.config import MAX_MODEL_LEN, SimConfig
 from servelab.sim.faults import NO_FAULT, Fault, FaultPicker
+from servelab.sim.metrics import CONTENT_TYPE, EngineMetrics
 from servelab.sim.parsing import (
     GenerationRequest,
     RequestError,
@@ -33,6 +38,8 @@ from servelab.sim.responses import (
 )
 from servelab.sim.scheduler import RequestInfo, Scheduler, Stream
 from servelab.sim.stats import SimCounters, SimStats
+from servelab.sim.stepcost import ScaledStepCost, StepCost, step_cost_for
+from servelab.sim.steploop import StepLoop
 from servelab.sim.timing import FixedTiming, TimedRequest, TimingSource
 from servelab.sim.truth import Outcome, TruthLog
 
@@ -45,9 +52,10 @@ _SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Contr
 
 
 class SimApp:
-    """One process's simulator: routes, fault picker, scheduler, counters, truth log.
+    """One process's simulator: routes, fault picker, engine, counters, truth log.
 
-    `timing` replaces the fixed ttft/itl schedule the config describes.
+    `timing` replaces the fixed ttft/itl schedule the config describes; `step_cost`
+    (or the config's profile) makes the engine a batching one.
     """
 
     def __init__(
@@ -57,6 +65,7 @@ class SimApp:
         worker: int = 0,
         record_path: Path | None,
         timing: TimingSource | None = None,
+        step_cost: StepCost | None = None,
     ) -> None:
         self._config = config
         self._worker = worker
@@ -67,9 +76,35 @@ class SimApp:
         self._counters = SimCounters(worker=worker)
         self._truth = TruthLog(record_path) if record_path is not None else None
         self._scheduler = Scheduler(
-            timing=self._timing, counters=self._counters, on_finish=self._on_finish
+            timing=self._timing,
+            counters=self._counters,
+            on_finish=self._on_finish,
+            on_release=self._release,
+        )
+        self._admission = self._engine(config, step_cost or step_cost_for(config))
+        self._metrics = EngineMetrics(
+            style=config.metrics_style,
+            model=config.model,
+            counters=self._counters,
+            load=self._admission.load,
         )
         self._closing = False
+
+    def _engine(self, config: SimConfig, step_cost: StepCost | None) -> Admission:
+        if step_cost is None:
+            return FixedAdmission(
+                scheduler=self._scheduler,
+                timing=self._timing,
+                max_running=config.max_running_requests,
+            )
+        batcher: Batcher[Stream] = Batcher(
+            step_cost=ScaledStepCost(step_cost, config.time_scale),
+            chunked_prefill_size=config.chunked_prefill_size,
+            max_running=config.max_running_requests,
+            kv_capacity_tokens=config.kv_capacity_tokens or step_cost.kv_capacity_tokens,
+            step_overhead_s=config.step_overhead_ms / 1_000 / config.time_scale,
+        )
+        return StepLoop(batcher=batcher, scheduler=self._scheduler, counters=self._counters)
 
     def application(self) -> web.Application:
         """The aiohttp application serving every route."""
@@ -80,15 +115,17 @@ class SimApp:
         app.router.add_get("/health", self._health)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_get("/sim/stats", self._stats)
+        app.router.add_get("/metrics", self._prometheus)
         return app
 
     def stats(self) -> SimStats:
         """What this process has done so far."""
-        return self._counters.snapshot()
+        return self._counters.snapshot(self._admission.load())
 
     def abort_all(self) -> None:
         """Refuse new work and cut every connection still being answered."""
         self._closing = True
+        self._admission.stop()
         self._scheduler.stop()
 
     def close(self) -> None:
@@ -117,9 +154,15 @@ class SimApp:
             self._record_unanswered(info, t_recv_ns, exc.status, Outcome.REJECTED)
             return web.json_response(exc.payload, status=exc.status, headers=headers)
         count = n_chunks(generation.max_tokens, self._config.tokens_per_chunk)
+        timed = TimedRequest(t_recv_ns, generation.prompt_tokens, generation.max_tokens, count)
+        refusal = self._admission.refuse(timed)
+        if refusal is not None:
+            info = RequestInfo(request_id, request.path, False, NO_FAULT)
+            self._record_unanswered(info, t_recv_ns, 400, Outcome.REJECTED, timed.prompt_tokens)
+            error = {"message": refusal, "type": "invalid_request_error", "code": 400}
+            return web.json_response({"error": error}, status=400, headers=headers)
         fault = self._faults.pick(stream=generation.stream, n_chunks=count)
         info = RequestInfo(request_id, request.path, generation.stream, fault)
-        timed = TimedRequest(t_recv_ns, generation.prompt_tokens, generation.max_tokens, count)
         if fault.kind is not Fault.NONE:
             self._counters.faults[fault.kind.value] += 1
         if fault.kind is Fault.FAIL:
@@ -162,7 +205,8 @@ class SimApp:
             frames=body.frames,
             tokens_per_chunk=self._config.tokens_per_chunk,
         )
-        self._scheduler.start(stream)
+        self._scheduler.track(stream)
+        self._admission.admit(stream)
         await self._until_done(stream)
         return response  # aiohttp ends the chunked body (or notes the aborted connection)
 
@@ -175,7 +219,7 @@ class SimApp:
         timed: TimedRequest,
         headers: dict[str, str],
     ) -> web.StreamResponse:
-        """A non-streaming answer, sent whole when its last chunk would have been due."""
+        """A non-streaming answer, sent whole when its last token is due."""
         stream = Stream(
             info=info,
             timed=timed,
@@ -187,8 +231,10 @@ class SimApp:
         if info.fault.kind is Fault.STALL:
             await self._until_done(stream)  # only a disconnect or shutdown ends it
             return web.Response(status=503)  # never delivered: the connection is gone
-        due_ns = self._timing.due_ns(timed, timed.n_chunks - 1)
+        ready = stream.ready = asyncio.get_running_loop().create_future()
+        self._admission.admit(stream)
         try:
+            due_ns = await ready
             await asyncio.sleep(max(due_ns - now_ns(), 0) / NS_PER_S)
         except asyncio.CancelledError:
             self._scheduler.finish(stream, Outcome.DISCONNECTED)
@@ -232,9 +278,17 @@ class SimApp:
     async def _stats(self, _request: web.Request) -> web.Response:
         return web.Response(body=self.stats().model_dump_json(), content_type="application/json")
 
+    async def _prometheus(self, _request: web.Request) -> web.Response:
+        return web.Response(body=self._metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    def _release(self, stream: Stream) -> None:
+        self._admission.release(stream)
+
     def _on_finish(self, stream: Stream) -> None:
         outcome = stream.outcome
         assert outcome is not None
+        if outcome is Outcome.COMPLETE:
+            self._metrics.observe(stream)
         self._record(
             stream.info,
             status=200 if stream.info.stream or outcome is Outcome.COMPLETE else 0,

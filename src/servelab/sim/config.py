@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from servelab.sim.model_profile import PROFILE_DEFAULTS
+from servelab.sim.stepcost import PROFILES
+
 __all__ = [
+    "DEFAULT_CHUNKED_PREFILL_SIZE",
     "DEFAULT_ITL_MS",
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_MODEL",
     "DEFAULT_PORT",
+    "DEFAULT_PREFILL_PER_TOKEN_MS",
+    "DEFAULT_STEP_BASE_MS",
+    "DEFAULT_STEP_PER_SEQ_MS",
     "DEFAULT_TTFT_MS",
     "MAX_MODEL_LEN",
+    "MetricsStyle",
     "SimConfig",
 ]
 
@@ -24,13 +34,33 @@ DEFAULT_MAX_TOKENS = 16
 """Output tokens when a request sets neither max_tokens nor max_completion_tokens."""
 MAX_MODEL_LEN = 131_072
 """Context length the simulator reports in /tokenize and /v1/models."""
+DEFAULT_CHUNKED_PREFILL_SIZE = 8192
+"""SGLang's default on GPUs of 35 to 160 GB (H100, H200, A100): server_args.py sets
+chunked_prefill_size to 2048 below that, 16384 above it (B200, MI300), 4096 if unknown."""
+DEFAULT_STEP_BASE_MS = 10.0
+"""Linear profile: a step of a mid-sized model on one GPU, dominated by reading weights."""
+DEFAULT_STEP_PER_SEQ_MS = 0.05
+DEFAULT_PREFILL_PER_TOKEN_MS = 0.02
+"""About 50k prompt tokens per second, a mid-sized model's prefill rate on one GPU."""
+
+
+class MetricsStyle(StrEnum):
+    """Whose metric names GET /metrics uses."""
+
+    SGLANG = "sglang"
+    VLLM = "vllm"
 
 
 class SimConfig(BaseModel):
     """How the simulated engine answers: timings, response shape and injected faults.
 
-    Timing is fixed: the first text chunk of a request is due `ttft_ms` after the request
-    is received and each further chunk `itl_ms` after the previous one's due time.
+    Fixed timing (no `profile`): the first text chunk of a request is due `ttft_ms` after
+    the request starts and each further chunk `itl_ms` after the previous one's due time.
+    A request starts when it is received, or, with `max_running_requests`, once fewer
+    than that many are running (it waits in arrival order meanwhile).
+    Batching (a `profile`, see `servelab.sim.stepcost.PROFILES`): a continuous-batching
+    engine whose step times come from the profile's StepCost (see `servelab.sim.batching`);
+    `ttft_ms` and `itl_ms` are then unused. It runs in one process (`workers` must be 1).
     Fault rates are per-request probabilities; at most one fault hits a request, so
     their sum must not exceed 1. `workers > 1` runs that many processes on one port
     (see `servelab.sim.process`); one process sends about 50k chunks/s on one core.
@@ -76,6 +106,78 @@ class SimConfig(BaseModel):
     workers: int = Field(
         default=1, ge=1, description="Processes sharing the port through SO_REUSEPORT."
     )
+    max_running_requests: int | None = Field(
+        default=None, ge=1, description="Requests generating at once; None: no cap."
+    )
+    kv_capacity_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Batching: tokens of KV cache; None: the profile's capacity.",
+    )
+    chunked_prefill_size: int = Field(
+        default=DEFAULT_CHUNKED_PREFILL_SIZE, ge=1, description="Batching: prompt tokens a step."
+    )
+    step_overhead_ms: float = Field(
+        default=0.0, ge=0, description="Batching: added to every step (scheduling, launch)."
+    )
+    profile: str | None = Field(
+        default=None, description="Step-cost profile (batching mode); None: fixed timing."
+    )
+    step_base_ms: float = Field(
+        default=DEFAULT_STEP_BASE_MS, ge=0, description="Linear profile: every step."
+    )
+    step_per_seq_ms: float = Field(
+        default=DEFAULT_STEP_PER_SEQ_MS, ge=0, description="Linear profile: per decoding request."
+    )
+    prefill_per_token_ms: float = Field(
+        default=DEFAULT_PREFILL_PER_TOKEN_MS,
+        ge=0,
+        description="Linear profile: per prompt token prefilled.",
+    )
+    step_per_context_token_ms: float = Field(
+        default=0.0, ge=0, description="Linear profile: per context token of decoding requests."
+    )
+    metrics_style: MetricsStyle = Field(
+        default=MetricsStyle.SGLANG, description="Metric names served at GET /metrics."
+    )
+    time_scale: float = Field(
+        default=1.0,
+        gt=0,
+        description="Batching: every step lasts 1/time_scale as long (quick what-ifs; "
+        "throughputs scale by it, their ratios between loads do not).",
+    )
+    perf_model: str | None = Field(
+        default=None, description="Model profile: a model preset or a config.json path."
+    )
+    gpu: str | None = Field(default=None, description="Model profile: GPU slug, e.g. 'h200'.")
+    gpus: int | None = Field(default=None, ge=1, description="Model profile: GPU count.")
+    tp: int | None = Field(default=None, ge=1, description="Model profile: tensor parallel.")
+    pp: int = Field(default=1, ge=1, description="Model profile: pipeline parallel.")
+    ep: int = Field(default=1, ge=1, description="Model profile: expert parallel.")
+    dp: int = Field(default=1, ge=1, description="Model profile: data parallel.")
+    weights: str | None = Field(default=None, description="Model profile: weight format.")
+    kv_dtype: str = Field(default="bf16", description="Model profile: KV cache dtype.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile_defaults(cls, data: Any) -> Any:
+        """A profile's own settings (PROFILE_DEFAULTS) where the caller gave none."""
+        if isinstance(data, dict) and data.get("profile") in PROFILE_DEFAULTS:
+            defaults = PROFILE_DEFAULTS[data["profile"]]
+            data = {**data, **{k: v for k, v in defaults.items() if data.get(k) is None}}
+        return data
+
+    @model_validator(mode="after")
+    def _profile_fits(self) -> SimConfig:
+        if self.profile is not None and self.profile not in PROFILES:
+            names = ", ".join(sorted(PROFILES))
+            raise ValueError(f"unknown profile {self.profile!r}; known: {names}")
+        if self.profile is not None and self.workers > 1:
+            raise ValueError(
+                "a batching engine holds one batch in one process: workers must be 1"
+                f" with a step-cost profile, got {self.workers}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _fault_rates_fit(self) -> SimConfig:

@@ -6,6 +6,8 @@ in one heap keyed by due time; a single timer callback wakes at the earliest due
 (but at most once per MIN_TICK_NS) and writes every chunk that is due, each a
 pre-encoded frame written straight to its transport, then re-arms for the next. Due
 times come from the `TimingSource`, so they are absolute and lag never accumulates.
+The batching engine (`servelab.sim.steploop`) writes its chunks through `send` too, so
+faults, counters and the truth log work the same in both.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from servelab.core.clock import NS_PER_S, now_ns
+from servelab.sim.batching import EngineRequest
 from servelab.sim.faults import Fault, FaultPlan
 from servelab.sim.responses import MALFORMED_FRAME
 from servelab.sim.stats import SimCounters
@@ -45,7 +48,8 @@ class Stream:
     """One answer in flight: the frames left to send and when each one went out.
 
     Non-streaming answers are tracked too (with no frames) so that stopping the server
-    or a client leaving ends them the same way.
+    or a client leaving ends them the same way. `timed.start_ns` is when it began
+    generating (its receive time unless it waited for a running slot).
     """
 
     __slots__ = (
@@ -53,9 +57,11 @@ class Stream:
         "fault_at",
         "frames",
         "info",
+        "job",
         "lag_ns",
         "next_chunk",
         "outcome",
+        "ready",
         "sent_ns",
         "t_done_ns",
         "timed",
@@ -84,6 +90,10 @@ class Stream:
         self.outcome: Outcome | None = None
         self.t_done_ns = 0
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.ready: asyncio.Future[int] | None = None
+        """Non-streaming answers: resolves with the answer's due time once it is known."""
+        self.job: EngineRequest[Stream] | None = None
+        """Batching: the engine's record of this request."""
 
     @property
     def tokens_sent(self) -> int:
@@ -92,7 +102,11 @@ class Stream:
 
 
 class Scheduler:
-    """Sends chunks at their due times; `on_finish` hears of every stream that ends."""
+    """Sends chunks at their due times; `on_finish` hears of every stream that ends.
+
+    `on_release` hears when a stream no longer needs the engine: when it ends, and when
+    it stalls; it may hear of one stream twice (a stall, then the client leaving).
+    """
 
     def __init__(
         self,
@@ -100,10 +114,12 @@ class Scheduler:
         timing: TimingSource,
         counters: SimCounters,
         on_finish: Callable[[Stream], None],
+        on_release: Callable[[Stream], None] = lambda _stream: None,
     ) -> None:
         self._timing = timing
         self._counters = counters
         self._on_finish = on_finish
+        self._on_release = on_release
         self._heap: list[tuple[int, int, Stream]] = []
         self._order = itertools.count()
         self._active: set[Stream] = set()
@@ -116,9 +132,8 @@ class Scheduler:
         self._active.add(stream)
         self._counters.requests_active += 1
 
-    def start(self, stream: Stream) -> None:
-        """Track a stream and send its frames from chunk 0's due time on."""
-        self.track(stream)
+    def schedule(self, stream: Stream) -> None:
+        """Send a tracked stream's frames at their due times, from chunk 0's on."""
         self._push(stream, self._timing.due_ns(stream.timed, 0))
 
     def answered(self, stream: Stream, due_ns: int) -> None:
@@ -129,6 +144,7 @@ class Scheduler:
         self._counters.lag.add(sent_ns - due_ns)
         self._counters.chunks_sent += 1
         self._counters.tokens_sent += stream.timed.completion_tokens
+        self._counters.prompt_tokens += stream.timed.prompt_tokens
 
     def finish(self, stream: Stream, outcome: Outcome) -> None:
         """End a stream once; later calls for the same stream do nothing."""
@@ -138,9 +154,50 @@ class Scheduler:
         stream.t_done_ns = now_ns()
         self._active.discard(stream)
         self._counters.requests_active -= 1
+        self._on_release(stream)
         self._on_finish(stream)
         if not stream.done.done():
             stream.done.set_result(None)
+
+    def send(self, stream: Stream, due_ns: int) -> bool:
+        """Write a stream's next chunk, due at `due_ns`, or strike its fault instead.
+
+        True while the stream has chunks left to send; False once it has ended, or
+        stalled (it then stays active until the client leaves or the server stops).
+        """
+        k = stream.next_chunk
+        frame = stream.frames[k]
+        transport = stream.transport
+        if transport.is_closing():
+            self.finish(stream, Outcome.DISCONNECTED)
+            return False
+        if k == stream.fault_at:
+            kind = stream.info.fault.kind
+            if kind is Fault.DROP:
+                transport.abort()
+                self.finish(stream, Outcome.DROPPED)
+                return False
+            if kind is Fault.STALL:
+                self._on_release(stream)
+                return False
+            frame = MALFORMED_FRAME + frame
+        counters = self._counters
+        now = now_ns()
+        transport.write(frame)
+        stream.sent_ns.append(now)
+        stream.lag_ns.append(now - due_ns)
+        counters.lag.add(now - due_ns)
+        counters.chunks_sent += 1
+        per_chunk = stream.tokens_per_chunk
+        counters.tokens_sent += min(per_chunk, stream.timed.completion_tokens - k * per_chunk)
+        if k == 0:
+            counters.prompt_tokens += stream.timed.prompt_tokens
+        k += 1
+        stream.next_chunk = k
+        if k == len(stream.frames):
+            self.finish(stream, Outcome.COMPLETE)
+            return False
+        return True
 
     def stop(self) -> None:
         """Abort every connection still being answered (stalled ones included)."""
@@ -175,40 +232,10 @@ class Scheduler:
         self._timer = None
         heap = self._heap
         timing = self._timing
-        counters = self._counters
-        lag = counters.lag
-        now = self._last_tick_ns = now_ns()
-        while heap and heap[0][0] <= now:
+        self._last_tick_ns = now_ns()
+        while heap and heap[0][0] <= now_ns():
             due, _, stream = heapq.heappop(heap)
-            if stream.outcome is not None:
-                continue
-            k = stream.next_chunk
-            frame = stream.frames[k]
-            transport = stream.transport
-            if transport.is_closing():
-                self.finish(stream, Outcome.DISCONNECTED)
-                continue
-            if k == stream.fault_at:
-                kind = stream.info.fault.kind
-                if kind is Fault.DROP:
-                    transport.abort()
-                    self.finish(stream, Outcome.DROPPED)
-                    continue
-                if kind is Fault.STALL:
-                    continue  # stays active until the client leaves or the server stops
-                frame = MALFORMED_FRAME + frame
-            now = now_ns()
-            transport.write(frame)
-            stream.sent_ns.append(now)
-            stream.lag_ns.append(now - due)
-            lag.add(now - due)
-            counters.chunks_sent += 1
-            per_chunk = stream.tokens_per_chunk
-            counters.tokens_sent += min(per_chunk, stream.timed.completion_tokens - k * per_chunk)
-            k += 1
-            stream.next_chunk = k
-            if k == len(stream.frames):
-                self.finish(stream, Outcome.COMPLETE)
-            else:
-                heapq.heappush(heap, (timing.due_ns(stream.timed, k), next(self._order), stream))
+            if stream.outcome is None and self.send(stream, due):
+                due = timing.due_ns(stream.timed, stream.next_chunk)
+                heapq.heappush(heap, (due, next(self._order), stream))
         self._arm()

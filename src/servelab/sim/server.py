@@ -6,10 +6,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from servelab.core.errors import EngineLaunchError
+from servelab.core.errors import ConfigError, EngineLaunchError
 from servelab.sim.app import SimApp
 from servelab.sim.config import SimConfig
 from servelab.sim.stats import SimStats
+from servelab.sim.stepcost import StepCost
 from servelab.sim.timing import TimingSource
 
 __all__ = ["RunningSim", "start"]
@@ -45,17 +46,25 @@ async def start(
     config: SimConfig,
     *,
     timing: TimingSource | None = None,
+    step_cost: StepCost | None = None,
     worker: int = 0,
     record_path: Path | None = None,
 ) -> RunningSim:
     """Start listening on the running loop; port 0 picks a free port (see `RunningSim.url`).
 
-    `timing` replaces the config's fixed ttft/itl schedule; `record_path` overrides
+    `timing` replaces the config's fixed ttft/itl schedule; `step_cost` replaces its
+    profile (and makes the engine a batching one); `record_path` overrides
     `config.record_path` (each worker process writes its own). Raises EngineLaunchError
-    when the address cannot be bound.
+    when the address cannot be bound, ConfigError for a step cost with several workers.
     """
+    if step_cost is not None and config.workers > 1:
+        raise ConfigError("a batching engine runs in one process: workers must be 1")
     app = SimApp(
-        config, worker=worker, record_path=record_path or config.record_path, timing=timing
+        config,
+        worker=worker,
+        record_path=record_path or config.record_path,
+        timing=timing,
+        step_cost=step_cost,
     )
     runner = web.AppRunner(
         app.application(),

@@ -4,19 +4,21 @@ With several workers each keeps its own; /sim/stats answers for the one that got
 connection.
 
 Send lag (a chunk's send time minus its due time) is kept in a fixed histogram rather
-than a list, so a long benchmark costs no memory and a chunk costs one increment.
+than a list, so a long benchmark costs no memory and a chunk costs one increment. In
+batching mode step lag (a step's end handled minus its planned end) is kept the same way.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
 from servelab.core.clock import NS_PER_MS, NS_PER_S, now_ns
 
-__all__ = ["LagHistogram", "SimCounters", "SimStats"]
+__all__ = ["EngineLoad", "LagHistogram", "SimCounters", "SimStats"]
 
 FINE_BIN_NS = 10_000
 """Lags under FINE_LIMIT_NS are binned to 10 µs."""
@@ -41,6 +43,25 @@ class SimStats(BaseModel):
     send_lag_p50_ms: float = Field(description="Median of send time minus due time.")
     send_lag_p99_ms: float
     send_lag_max_ms: float
+    requests_running: int = Field(description="Requests generating (started, not yet done).")
+    requests_waiting: int = Field(description="Requests queued for a running slot.")
+    kv_used_tokens: int = Field(description="Tokens held in the KV cache (prompt + output).")
+    steps: int = Field(description="Batching: engine steps completed.")
+    step_lag_p50_ms: float = Field(
+        description="Batching: median of a step's end handled minus its planned end."
+    )
+    step_lag_p99_ms: float
+    step_lag_max_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """What the engine holds right now."""
+
+    running: int
+    waiting: int
+    kv_used_tokens: int = 0
+    kv_capacity_tokens: int | None = None
 
 
 class LagHistogram:
@@ -97,9 +118,13 @@ class SimCounters:
         self.faults: Counter[str] = Counter()
         self.chunks_sent = 0
         self.tokens_sent = 0
+        self.prompt_tokens = 0
+        """Prompt tokens of requests whose first token has been sent."""
         self.lag = LagHistogram()
+        self.steps = 0
+        self.step_lag = LagHistogram()
 
-    def snapshot(self) -> SimStats:
+    def snapshot(self, load: EngineLoad) -> SimStats:
         """The counters now, with lags in milliseconds."""
         return SimStats(
             worker=self.worker,
@@ -113,4 +138,11 @@ class SimCounters:
             send_lag_p50_ms=self.lag.quantile_ns(0.50) / NS_PER_MS,
             send_lag_p99_ms=self.lag.quantile_ns(0.99) / NS_PER_MS,
             send_lag_max_ms=self.lag.max_ns / NS_PER_MS,
+            requests_running=load.running,
+            requests_waiting=load.waiting,
+            kv_used_tokens=load.kv_used_tokens,
+            steps=self.steps,
+            step_lag_p50_ms=self.step_lag.quantile_ns(0.50) / NS_PER_MS,
+            step_lag_p99_ms=self.step_lag.quantile_ns(0.99) / NS_PER_MS,
+            step_lag_max_ms=self.step_lag.max_ns / NS_PER_MS,
         )

@@ -24,6 +24,13 @@ class TimedRequest:
     prompt_tokens: int
     completion_tokens: int
     n_chunks: int
+    t_start_ns: int | None = None
+    """When it began generating after waiting for a running slot; None: at t_recv_ns."""
+
+    @property
+    def start_ns(self) -> int:
+        """When it began generating."""
+        return self.t_recv_ns if self.t_start_ns is None else self.t_start_ns
 
 
 class TimingSource(Protocol):
@@ -36,7 +43,11 @@ class TimingSource(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class FixedTiming:
-    """Chunk k is due at t_recv + ttft + k * itl, whatever else is in flight."""
+    """Chunk k is due at start + ttft + k * itl, whatever else is in flight.
+
+    The start is the receive time, or the time a running slot freed up for a request
+    that had to wait for one.
+    """
 
     ttft_ns: int
     itl_ns: int
@@ -46,4 +57,6 @@ class FixedTiming:
         return cls(ttft_ns=round(ttft_ms * NS_PER_MS), itl_ns=round(itl_ms * NS_PER_MS))
 
     def due_ns(self, request: TimedRequest, chunk_index: int) -> int:
-        return request.t_recv_ns + self.ttft_ns + chunk_index * self.itl_ns
+        start = request.t_start_ns  # not start_ns: this runs once per chunk sent
+        begin = request.t_recv_ns if start is None else start
+        return begin + self.ttft_ns + chunk_index * self.itl_ns

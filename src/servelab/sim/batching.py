@@ -1,0 +1,212 @@
+"""Continuous batching as an engine's scheduler does it, with no clock and no sockets.
+
+`Batcher.plan()` composes the next step and says how long it takes; `complete(step)`
+applies it and names the requests that received a token. The event-loop driver
+(`servelab.sim.steploop`) calls the two at absolute step boundaries; tests call them
+with a fake clock.
+
+The rules, modelled on SGLang's scheduler with its default first-come-first-served policy:
+
+- Waiting requests are admitted strictly in arrival order (the head blocks the rest)
+  while the running set is under `max_running` and the head's KV reservation fits.
+- KV: a running request holds its prefilled prompt tokens plus its generated tokens. It
+  is admitted only when its prompt plus its whole output (`max_tokens`) fits beside the
+  reservations of those already running. The simulator's outputs always run to
+  max_tokens, so that reservation is exact and nothing is ever preempted. (SGLang
+  reserves only a decaying fraction of max_new_tokens and retracts requests when the
+  cache runs out; that optimism and its retractions are not modelled.)
+- A step decodes one token for every running request whose prefill is done and prefills
+  up to `chunked_prefill_size` prompt tokens: first the rest of the request whose prompt
+  did not fit in the previous step, then newly admitted ones. So a long prompt spans
+  several steps and at most one request is part-way through its prefill.
+- At the end of a step each decoding request has its next token, and a request whose
+  prefill finished has its first token.
+- A prompt of 0 tokens is prefilled as 1 (an engine always runs at least one position).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+from typing import Generic, TypeVar
+
+from servelab.sim.stepcost import StepCost
+
+__all__ = ["Batcher", "EngineRequest", "Phase", "Step"]
+
+T = TypeVar("T")
+
+
+class Phase(Enum):
+    """Where a request is in the engine."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    DONE = "done"
+    """Finished its output, or cancelled."""
+
+
+@dataclass(eq=False, slots=True)
+class EngineRequest(Generic[T]):
+    """One request as the engine tracks it; `owner` is whatever the caller attaches."""
+
+    prompt_tokens: int
+    max_tokens: int
+    owner: T
+    prefilled: int = 0
+    generated: int = 0
+    phase: Phase = Phase.WAITING
+
+    def __post_init__(self) -> None:
+        self.prompt_tokens = max(self.prompt_tokens, 1)
+
+    @property
+    def kv_tokens(self) -> int:
+        """KV cache it holds now: prompt tokens prefilled plus tokens generated."""
+        return self.prefilled + self.generated
+
+    @property
+    def reserved_tokens(self) -> int:
+        """KV cache it will hold at its last token."""
+        return self.prompt_tokens + self.max_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Step(Generic[T]):
+    """One planned step: who decodes, who prefills how much, and how long it takes."""
+
+    decode: list[EngineRequest[T]]
+    prefill: list[tuple[EngineRequest[T], int]]
+    decode_context_tokens: int
+    duration_s: float
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Prompt tokens prefilled in this step."""
+        return sum(chunk for _, chunk in self.prefill)
+
+
+class Batcher(Generic[T]):
+    """The waiting queue, the running set and the KV cache of one engine."""
+
+    def __init__(
+        self,
+        *,
+        step_cost: StepCost,
+        chunked_prefill_size: int,
+        max_running: int | None = None,
+        kv_capacity_tokens: int | None = None,
+        step_overhead_s: float = 0.0,
+    ) -> None:
+        if chunked_prefill_size < 1:
+            raise ValueError("chunked_prefill_size must be at least 1")
+        self.step_cost = step_cost
+        self.chunked_prefill_size = chunked_prefill_size
+        self.max_running = max_running
+        self.kv_capacity_tokens = kv_capacity_tokens
+        self.step_overhead_s = step_overhead_s
+        self.waiting: deque[EngineRequest[T]] = deque()
+        self.running: dict[EngineRequest[T], None] = {}
+        """In admission order (a dict for O(1) removal)."""
+        self.kv_used_tokens = 0
+        self.kv_reserved_tokens = 0
+        self._partial: EngineRequest[T] | None = None
+
+    def fits(self, prompt_tokens: int, max_tokens: int) -> bool:
+        """Whether a request of this size could ever run: its KV fits an empty cache."""
+        capacity = self.kv_capacity_tokens
+        return capacity is None or max(prompt_tokens, 1) + max_tokens <= capacity
+
+    def submit(self, request: EngineRequest[T]) -> None:
+        """Queue a request; it is admitted at the start of a later step."""
+        if not self.fits(request.prompt_tokens, request.max_tokens):
+            raise ValueError(
+                f"{request.reserved_tokens} tokens of KV cannot fit in {self.kv_capacity_tokens}"
+            )
+        request.phase = Phase.WAITING
+        self.waiting.append(request)
+
+    def cancel(self, request: EngineRequest[T]) -> None:
+        """Take a request out of the engine, wherever it is; a finished one is left alone."""
+        if request.phase is Phase.WAITING:
+            self.waiting.remove(request)
+            request.phase = Phase.DONE
+        elif request.phase is Phase.RUNNING:
+            self._retire(request)
+
+    def plan(self) -> Step[T] | None:
+        """Admit what fits and compose the next step; None when there is nothing to run."""
+        decode: list[EngineRequest[T]] = []
+        context = 0
+        for request in self.running:
+            if request.prefilled == request.prompt_tokens:
+                decode.append(request)
+                context += request.prompt_tokens + request.generated
+        prefill: list[tuple[EngineRequest[T], int]] = []
+        budget = self.chunked_prefill_size
+        partial = self._partial
+        if partial is not None:
+            chunk = min(partial.prompt_tokens - partial.prefilled, budget)
+            prefill.append((partial, chunk))
+            budget -= chunk
+        while budget > 0 and self.waiting and self._can_admit(self.waiting[0]):
+            request = self.waiting.popleft()
+            request.phase = Phase.RUNNING
+            self.running[request] = None
+            self.kv_reserved_tokens += request.reserved_tokens
+            chunk = min(request.prompt_tokens, budget)
+            prefill.append((request, chunk))
+            budget -= chunk
+        if not decode and not prefill:
+            return None
+        prefill_tokens = self.chunked_prefill_size - budget
+        duration_s = self.step_cost.step_s(len(decode), context, prefill_tokens)
+        return Step(decode, prefill, context, duration_s + self.step_overhead_s)
+
+    def complete(self, step: Step[T]) -> list[EngineRequest[T]]:
+        """Apply a step; the requests that received a token, decoders first.
+
+        A request that reached max_tokens leaves the running set (its phase is DONE);
+        requests cancelled while the step ran are skipped.
+        """
+        tokens: list[EngineRequest[T]] = []
+        running = Phase.RUNNING
+        for request in step.decode:
+            if request.phase is not running:
+                continue
+            request.generated += 1
+            self.kv_used_tokens += 1
+            tokens.append(request)
+            if request.generated == request.max_tokens:
+                self._retire(request)
+        for request, chunk in step.prefill:
+            if request.phase is not running:
+                continue
+            request.prefilled += chunk
+            self.kv_used_tokens += chunk
+            if request.prefilled < request.prompt_tokens:
+                self._partial = request
+                continue
+            if self._partial is request:
+                self._partial = None
+            request.generated = 1
+            self.kv_used_tokens += 1
+            tokens.append(request)
+            if request.max_tokens == 1:
+                self._retire(request)
+        return tokens
+
+    def _can_admit(self, request: EngineRequest[T]) -> bool:
+        if self.max_running is not None and len(self.running) >= self.max_running:
+            return False
+        capacity = self.kv_capacity_tokens
+        return capacity is None or self.kv_reserved_tokens + request.reserved_tokens <= capacity
+
+    def _retire(self, request: EngineRequest[T]) -> None:
+        del self.running[request]
+        self.kv_used_tokens -= request.kv_tokens
+        self.kv_reserved_tokens -= request.reserved_tokens
+        request.phase = Phase.DONE
+        if self._partial is request:
+            self._partial = None

@@ -1,0 +1,120 @@
+"""How long one engine step takes for the batch it holds: the one number batching needs.
+
+A step runs every decoding request forward by one token and, within the chunked-prefill
+budget, some prompt tokens of requests still being prefilled. `StepCost` is the contract
+any performance model meets to drive the simulator; `LinearStepCost` is the simple one
+used by tests and by the `--step-*` flags. Named profiles live in `PROFILES`: each maps
+a name to a factory that builds a `StepCost` from the simulator's settings, so a
+model-driven profile (a model, a GPU, a layout) plugs in as one more entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from servelab.sim.model_profile import model_profiles
+
+if TYPE_CHECKING:
+    from servelab.sim.config import SimConfig
+
+__all__ = [
+    "LINEAR_PROFILE",
+    "PROFILES",
+    "LinearStepCost",
+    "ScaledStepCost",
+    "StepCost",
+    "StepCostFactory",
+    "step_cost_for",
+]
+
+MS_PER_S = 1_000.0
+
+
+class StepCost(Protocol):
+    """The duration of one step, and the KV cache it has room for."""
+
+    @property
+    def kv_capacity_tokens(self) -> int | None:
+        """Tokens of KV cache the engine can hold at once; None when unlimited."""
+        ...
+
+    def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
+        """Seconds for one step that decodes `decode_batch` requests holding
+        `decode_context_tokens` tokens of context in all, and prefills `prefill_tokens`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinearStepCost:
+    """A step costs a fixed base plus a linear term per sequence, context and prompt token.
+
+    base_ms: paid by every step (weights read once per step in a memory-bound decode).
+    per_seq_ms: per decoding request (its own compute and sampling).
+    per_context_token_ms: per token of context the decoding requests hold (KV reads).
+    per_prefill_token_ms: per prompt token prefilled in the step (prefill is compute-bound).
+    """
+
+    base_ms: float
+    per_seq_ms: float = 0.0
+    per_prefill_token_ms: float = 0.0
+    per_context_token_ms: float = 0.0
+    kv_capacity_tokens: int | None = None
+
+    def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
+        ms = (
+            self.base_ms
+            + self.per_seq_ms * decode_batch
+            + self.per_context_token_ms * decode_context_tokens
+            + self.per_prefill_token_ms * prefill_tokens
+        )
+        return ms / MS_PER_S
+
+
+@dataclass(frozen=True, slots=True)
+class ScaledStepCost:
+    """Another StepCost run `time_scale` times faster: the same batches, shorter steps.
+
+    For quick what-ifs: every duration is divided by the scale, so throughputs grow by it
+    and their ratios between load levels do not change.
+    """
+
+    inner: StepCost
+    time_scale: float = 1.0
+
+    @property
+    def kv_capacity_tokens(self) -> int | None:
+        return self.inner.kv_capacity_tokens
+
+    def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
+        return self.inner.step_s(decode_batch, decode_context_tokens, prefill_tokens) / (
+            self.time_scale
+        )
+
+
+StepCostFactory = Callable[["SimConfig"], StepCost]
+"""Builds a profile's StepCost from the simulator's settings (its flags)."""
+
+
+def _linear(config: SimConfig) -> StepCost:
+    return LinearStepCost(
+        base_ms=config.step_base_ms,
+        per_seq_ms=config.step_per_seq_ms,
+        per_prefill_token_ms=config.prefill_per_token_ms,
+        per_context_token_ms=config.step_per_context_token_ms,
+    )
+
+
+LINEAR_PROFILE = "linear"
+
+PROFILES: dict[str, StepCostFactory] = {LINEAR_PROFILE: _linear, **model_profiles()}
+"""Named step-cost profiles, as `servelab sim --profile NAME` offers them. Register one by
+adding an entry: `PROFILES["my-gpu"] = lambda config: MyStepCost(...)`."""
+
+
+def step_cost_for(config: SimConfig) -> StepCost | None:
+    """The StepCost of the config's profile; None in fixed-timing mode (no profile)."""
+    if config.profile is None:
+        return None
+    return PROFILES[config.profile](config)
