@@ -8,7 +8,6 @@ parallelism every step waits for it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from servelab.core.errors import ConfigError
+from servelab.core.jsonfile import read_json_object
 from servelab.model.gpus import GpuSpec
 
 __all__ = [
@@ -103,17 +103,7 @@ def calibration_from_probe(source: str | Path | Mapping[str, Any]) -> Calibratio
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        document = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"no probe file at {path}") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not JSON: {exc.msg} (line {exc.lineno})") from None
-    if not isinstance(document, dict):
-        raise ConfigError(f"{path} is not a JSON object")
-    return document
+    return read_json_object(path, what="probe file")
 
 
 def _slowest(rows: Any, key: str, scale: float) -> float | None:

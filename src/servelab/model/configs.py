@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -14,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from servelab.core.errors import ConfigError
+from servelab.core.jsonfile import read_json_object
 from servelab.model._hf import READERS
 
 __all__ = [
@@ -169,14 +169,4 @@ def _read(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    try:
-        document = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"no model config at {path}") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not JSON: {exc.msg} (line {exc.lineno})") from None
-    if not isinstance(document, dict):
-        raise ConfigError(f"{path} is not a JSON object")
-    return document
+    return read_json_object(path, what="model config")
