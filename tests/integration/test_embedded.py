@@ -43,8 +43,14 @@ def test_sweep_on_the_embedded_engine_is_exact(embedded: RunningEngine, tmp_path
         warmup=1,
         workload=WorkloadSpec(input_len=64, output_len=32),
         out=tmp_path / "run",
+        metrics_url=embedded.url,
     )
     summary = run_bench(config).summary
+    # transformers serve has no /metrics: the engine's telemetry says so instead of guessing
+    engine_telemetry = [level.telemetry.engine for level in summary.levels if level.telemetry]
+    assert len(engine_telemetry) == 2
+    assert not any(t.available for t in engine_telemetry)
+    assert all(t.reason for t in engine_telemetry)
     records = [
         json.loads(line) for line in (tmp_path / "run" / "requests.jsonl").read_text().splitlines()
     ]

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servelab.telemetry.summary import LevelTelemetry
+
 __all__ = ["SCHEMA", "BenchSummary", "ClientStats", "LevelSummary", "RunInfo"]
 
 SCHEMA = "servelab.bench/1"
@@ -140,6 +142,12 @@ class LevelSummary(BaseModel):
         description="Requests meeting every SLO / (completed + failed)."
     )
     client: ClientStats = Field(description="The load generator's own lag and CPU use.")
+    telemetry: LevelTelemetry | None = Field(
+        default=None,
+        description="The GPUs (NVML: power, utilization, clocks, energy, GPM) and the "
+        "engine's /metrics (running, queued, KV usage) over the level, on the bench clock; "
+        "None when neither was sampled.",
+    )
     notes: list[str] = Field(default_factory=list, description="Caveats about this level.")
 
 

@@ -34,6 +34,7 @@ from servelab.core.errors import Interrupted
 from servelab.core.provenance import git_sha, host_facts, versions
 from servelab.engines.base import PINNING_FIELDS
 from servelab.store import CatalogRow, RunDir, default_run_name, record_run
+from servelab.telemetry import TelemetrySession, level_telemetry
 
 __all__ = ["DEFAULT_WARMUP", "BenchConfig", "BenchOutcome", "default_num_requests", "run_bench"]
 
@@ -75,6 +76,10 @@ class BenchConfig:
     out: Path | None = None
     runs_root: Path | None = None
     command: list[str] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)
+    """NVML indices of the engine's GPUs, sampled while the levels run."""
+    metrics_url: str | None = None
+    """Where the engine's Prometheus /metrics is scraped (at its root); None: not scraped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +122,7 @@ class _Session:
         self.on_event = on_event
         self.engine_info = engine_info
         self.levels: list[LevelSummary] = []
+        self.telemetry: TelemetrySession | None = None
 
     def run(self, run_dir: RunDir | None) -> BenchOutcome:
         config = self.config
@@ -135,7 +141,12 @@ class _Session:
         )
         self.on_event(Notice(f"results go to {self.run_dir.path}"))
         try:
-            return self._run_levels(preflight, counter)
+            if not (config.gpus or config.metrics_url):
+                return self._run_levels(preflight, counter)
+            with TelemetrySession(
+                self.run_dir.path, gpus=config.gpus, metrics_url=config.metrics_url
+            ) as self.telemetry:
+                return self._run_levels(preflight, counter)
         finally:
             self.run_dir.close()
 
@@ -243,7 +254,7 @@ class _Session:
             on_records=save_records,
             on_event=self.on_event,
         )
-        return compute_level(
+        summary = compute_level(
             outcome.records,
             level=spec,
             workers=outcome.workers,
@@ -251,6 +262,17 @@ class _Session:
             interrupted=outcome.interrupted,
             notes=_level_notes(outcome.records),
         )
+        return self._with_telemetry(summary, outcome.records)
+
+    def _with_telemetry(self, summary: LevelSummary, records: list[RequestRecord]) -> LevelSummary:
+        """The level's telemetry over its measured span: first send to last completion."""
+        measured = [r for r in records if not r.warmup]
+        if self.telemetry is None or not measured:
+            return summary
+        t_start = min(r.t_send_ns for r in measured)
+        t_end = max(r.t_end_ns for r in measured)
+        window = level_telemetry(self.telemetry, t_start, t_end, summary.total_output_tokens)
+        return summary.model_copy(update={"telemetry": window})
 
     def _run_info(self, preflight: Preflight, counter: TokenCounter | None) -> RunInfo:
         c = self.config

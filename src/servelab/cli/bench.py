@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -35,6 +36,7 @@ from servelab.core.errors import ConfigError
 from servelab.core.units import parse_duration_s, parse_number_list, parse_slos
 from servelab.report.tables import render_sweep
 from servelab.store.rundir import DEFAULT_RUNS_DIR
+from servelab.telemetry import resolve_gpus
 
 __all__ = ["bench", "print_failures"]
 
@@ -125,6 +127,20 @@ def bench(
     extra_body: Annotated[
         str | None, typer.Option(help="JSON object merged into every request body.")
     ] = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            help="The engine's GPUs to sample at 10 Hz while it runs (power, utilization,"
+            " clocks, energy, GPM), as NVML indices or UUIDs, e.g. 0,1."
+        ),
+    ] = None,
+    metrics: Annotated[
+        bool,
+        typer.Option(
+            help="Scrape the endpoint's Prometheus /metrics once a second (SGLang, vLLM, the"
+            " simulator): running and queued requests, KV usage. n/a where it has none."
+        ),
+    ] = True,
     out: OutDir = None,
     name: Annotated[str | None, typer.Option(help="Run name. Default: from the URL.")] = None,
     runs_dir: RunsDir = DEFAULT_RUNS_DIR,
@@ -167,6 +183,11 @@ def bench(
             out=out,
             name=name,
             runs_dir=runs_dir,
+        )
+        config = replace(
+            config,
+            gpus=resolve_gpus(gpus) if gpus else [],
+            metrics_url=config.url if metrics else None,
         )
         with SweepView(err) as view:
             outcome = run_bench(config, on_event=view)

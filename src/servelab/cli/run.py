@@ -13,7 +13,8 @@ from servelab.cli.bench import print_failures
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
 from servelab.cli.options import JsonOutput, OutDir, RunsDir, check_range, parse_url
 from servelab.cli.progress import SweepView
-from servelab.core.units import parse_number_list
+from servelab.core.errors import ConfigError
+from servelab.core.units import parse_duration_s, parse_number_list
 from servelab.pipeline.run import (
     DEFAULT_RUN_INPUT_LEN,
     DEFAULT_RUN_OUTPUT_LEN,
@@ -22,6 +23,7 @@ from servelab.pipeline.run import (
 )
 from servelab.report.tables import render_sweep
 from servelab.store.rundir import DEFAULT_RUNS_DIR
+from servelab.telemetry import resolve_gpus
 
 __all__ = ["run"]
 
@@ -41,6 +43,23 @@ def run(
     num_requests: Annotated[
         int | None, typer.Option(help="Requests per level. Default: 4 per stream, at least 16.")
     ] = None,
+    duration: Annotated[
+        str | None,
+        typer.Option(
+            help="Per level instead of a request count, e.g. 60s: no request starts after it,"
+            " in-flight ones finish."
+        ),
+    ] = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            help="The engine's GPUs to sample while the sweep runs (power, utilization,"
+            " energy), as NVML indices or UUIDs, e.g. 0."
+        ),
+    ] = None,
+    metrics: Annotated[
+        bool, typer.Option(help="Scrape the engine's /metrics (n/a where it has none).")
+    ] = True,
     out: OutDir = None,
     runs_dir: RunsDir = DEFAULT_RUNS_DIR,
     json_output: JsonOutput = False,
@@ -56,6 +75,8 @@ def run(
         check_range("--input-len", input_len, low=1)
         check_range("--output-len", output_len, low=1)
         check_range("--num-requests", num_requests, low=1)
+        if num_requests is not None and duration is not None:
+            raise ConfigError("give --num-requests or --duration, not both")
         config = RunConfig(
             url=parse_url(url) if url else None,
             model=model,
@@ -66,9 +87,12 @@ def run(
             input_len=input_len,
             output_len=output_len,
             num_requests=num_requests,
+            duration_s=parse_duration_s(duration, what="--duration") if duration else None,
             out=out,
             runs_root=runs_dir,
             command=["servelab", *sys.argv[1:]],
+            gpus=resolve_gpus(gpus) if gpus else [],
+            metrics=metrics,
         )
         with SweepView(err) as view:
             result = run_pipeline(config, on_event=view)

@@ -52,12 +52,17 @@ class RunConfig:
     input_len: int = DEFAULT_RUN_INPUT_LEN
     output_len: int = DEFAULT_RUN_OUTPUT_LEN
     num_requests: int | None = None
+    duration_s: float | None = None
     warmup: int = 1
     seed: int = 0
     name: str | None = None
     out: Path | None = None
     runs_root: Path | None = None
     command: list[str] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)
+    """NVML indices of the engine's GPUs to sample while the sweep runs."""
+    metrics: bool = True
+    """Scrape the engine's /metrics (n/a where it has none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,14 +122,21 @@ def _bench_config(config: RunConfig, name: str, engine: RunningEngine | None) ->
         "mode": LoadMode.CONCURRENCY,
         "levels": [float(c) for c in config.concurrency],
         "num_requests": config.num_requests,
+        "duration_s": config.duration_s,
         "warmup": config.warmup,
         "workload": workload,
         "name": name,
         "command": config.command,
+        "gpus": config.gpus,
     }
     if engine is None:
         assert config.url is not None
-        return BenchConfig(url=config.url, model=config.model, **common)
+        return BenchConfig(
+            url=config.url,
+            model=config.model,
+            metrics_url=config.url if config.metrics else None,
+            **common,
+        )
     return BenchConfig(
         url=engine.url,
         model=engine.spec.served_name,
@@ -132,6 +144,7 @@ def _bench_config(config: RunConfig, name: str, engine: RunningEngine | None) ->
         pinning_fields=engine.adapter.pinning_fields,
         has_tokenize=engine.adapter.has_tokenize,
         engine=engine.adapter.name,
+        metrics_url=engine.url if config.metrics else None,
         **common,
     )
 

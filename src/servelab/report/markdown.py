@@ -9,7 +9,7 @@ from servelab.bench.results import BenchSummary
 from servelab.diagnose.knee import Knee
 from servelab.probe.report import ProbeReport
 from servelab.probe.verdict import Severity
-from servelab.report.tables import SWEEP_COLUMNS, sweep_rows
+from servelab.report.tables import sweep_header, sweep_rows
 
 __all__ = ["render_run_report"]
 
@@ -24,10 +24,7 @@ def render_run_report(
 ) -> str:
     """The Markdown report of a sweep: table, knee, machine verdicts, engine command, machine."""
     run = summary.run
-    with_slo = any(s.slo_ms for s in summary.levels)
-    header = list(SWEEP_COLUMNS) + (["goodput req/s", "good %"] if with_slo else [])
-    mode = summary.levels[0].load_mode if summary.levels else "concurrency"
-    header[0] = "concurrency" if mode == "concurrency" else "rate"
+    header = sweep_header(summary.levels)
     lines = [
         f"# {title}: {run.name}",
         "",
@@ -45,9 +42,7 @@ def render_run_report(
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
     ]
-    lines += [
-        "| " + " | ".join(row) + " |" for row in sweep_rows(summary.levels, with_slo=with_slo)
-    ]
+    lines += ["| " + " | ".join(row) + " |" for row in sweep_rows(summary.levels)]
     if any(s.client.client_bound for s in summary.levels):
         lines += ["", "`*` client-bound: the load generator's lag or CPU may have limited it."]
     lines += ["", "## Knee", "", knee.explanation[0].upper() + knee.explanation[1:] + "."]

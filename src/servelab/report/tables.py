@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from servelab.bench.results import LevelSummary
+from servelab.telemetry.summary import LevelTelemetry
 
-__all__ = ["SWEEP_COLUMNS", "render_sweep", "sweep_rows"]
+__all__ = ["SWEEP_COLUMNS", "render_sweep", "sweep_header", "sweep_rows"]
 
 SWEEP_COLUMNS = (
     "load",
@@ -40,8 +41,31 @@ def _errors(s: LevelSummary) -> str:
     return f"{s.failed} ({kinds})"
 
 
-def sweep_rows(levels: Sequence[LevelSummary], *, with_slo: bool) -> list[list[str]]:
+_TELEMETRY_COLUMNS = (
+    "power % limit",
+    "GPU util %",
+    "SM util %",
+    "tok/J",
+    "running",
+    "queued",
+    "KV %",
+)
+
+
+def sweep_header(levels: Sequence[LevelSummary]) -> list[str]:
+    """The table's column names: SLO and telemetry columns only where a level has them."""
+    mode = levels[0].load_mode if levels else "concurrency"
+    header = ["concurrency" if mode == "concurrency" else "rate", *SWEEP_COLUMNS[1:]]
+    if _with_slo(levels):
+        header += _SLO_COLUMNS
+    if _with_telemetry(levels):
+        header += _TELEMETRY_COLUMNS
+    return header
+
+
+def sweep_rows(levels: Sequence[LevelSummary]) -> list[list[str]]:
     """The table's cells as text, shared by the terminal table and report.md."""
+    with_slo, with_telemetry = _with_slo(levels), _with_telemetry(levels)
     rows = []
     for s in levels:
         load = (
@@ -64,22 +88,52 @@ def sweep_rows(levels: Sequence[LevelSummary], *, with_slo: bool) -> list[list[s
                 "-" if s.request_goodput is None else f"{s.request_goodput:,.2f}",
                 "-" if s.good_fraction is None else f"{100 * s.good_fraction:.1f}",
             ]
+        if with_telemetry:
+            row += _telemetry_cells(s.telemetry)
         rows.append(row)
     return rows
 
 
 def render_sweep(levels: Sequence[LevelSummary], *, title: str | None = None) -> Table:
     """A Rich table of the sweep; '*' marks a level where the client may have been the limit."""
-    with_slo = any(s.slo_ms for s in levels)
-    mode = levels[0].load_mode if levels else "concurrency"
     table = Table(title=title, caption=_caption(levels), caption_justify="left")
-    for i, name in enumerate(SWEEP_COLUMNS + (_SLO_COLUMNS if with_slo else ())):
-        if i == 0:
-            name = "concurrency" if mode == "concurrency" else "rate"
+    for i, name in enumerate(sweep_header(levels)):
         table.add_column(name, justify="left" if i == 0 else "right")
-    for row in sweep_rows(levels, with_slo=with_slo):
+    for row in sweep_rows(levels):
         table.add_row(*row)
     return table
+
+
+def _with_slo(levels: Sequence[LevelSummary]) -> bool:
+    return any(s.slo_ms for s in levels)
+
+
+def _with_telemetry(levels: Sequence[LevelSummary]) -> bool:
+    return any(s.telemetry is not None for s in levels)
+
+
+def _telemetry_cells(telemetry: LevelTelemetry | None) -> list[str]:
+    """GPU cells read n/a when NVML was not sampled, engine cells when /metrics was not."""
+    na = "n/a"
+    gpu = telemetry.gpu.overall if telemetry and telemetry.gpu.available else None
+    engine = telemetry.engine if telemetry and telemetry.engine.available else None
+    return [
+        na if gpu is None else _num(gpu.power_mean_pct, "{:.0f}"),
+        na if gpu is None else _num(gpu.util_mean_pct, "{:.0f}"),
+        na if gpu is None else _num(gpu.gpm_sm_util_mean_pct, "{:.0f}"),
+        na if telemetry is None else _num(telemetry.gpu.tokens_per_joule, "{:,.2f}"),
+        na if engine is None else _num(engine.running_mean, "{:.1f}"),
+        na if engine is None else _num(engine.queued_mean, "{:.1f}"),
+        na if engine is None else _num(_pct(engine.kv_usage_mean), "{:.0f}"),
+    ]
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def _pct(fraction: float | None) -> float | None:
+    return None if fraction is None else 100 * fraction
 
 
 def _caption(levels: Sequence[LevelSummary]) -> str | None:

@@ -1,0 +1,87 @@
+"""A background loop on a fixed schedule, and the record of what went wrong in it.
+
+Samplers run beside the load generator, so nothing they hit may reach it: every exception
+in a tick is caught, counted by message and kept for the run's record.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["ErrorLog", "Periodic"]
+
+
+class ErrorLog:
+    """Distinct error messages with how often each happened; safe to use from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def add(self, message: str) -> None:
+        with self._lock:
+            self._counts[message] = self._counts.get(message, 0) + 1
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+    def lines(self) -> list[str]:
+        """One line per distinct message, with its count when it happened more than once."""
+        return [
+            message if count == 1 else f"{message} (x{count})"
+            for message, count in self.counts().items()
+        ]
+
+
+class Periodic:
+    """Calls `tick` every `interval_s` on its own daemon thread until `stop`.
+
+    Ticks are due on a fixed grid from the start, so the rate does not drift; a tick that
+    overruns makes the loop skip the slots it missed rather than run them back to back.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        interval_s: float,
+        tick: Callable[[], None],
+        errors: ErrorLog,
+        *,
+        label: str,
+    ) -> None:
+        self._interval_s = interval_s
+        self._tick = tick
+        self._errors = errors
+        self._label = label
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def signal_stop(self) -> None:
+        """Ask the loop to end after the tick in progress (join with `join`)."""
+        self._stop.set()
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait for the thread to end; False if it is still running after `timeout_s`."""
+        if self._thread.ident is not None:
+            self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        interval = self._interval_s
+        due = time.perf_counter()
+        while not self._stop.is_set():
+            try:
+                self._tick()
+            except Exception as exc:  # a sampler must never take the benchmark down
+                self._errors.add(f"{self._label}: {type(exc).__name__}: {exc}")
+            due += interval
+            now = time.perf_counter()
+            if due < now:  # overran: skip to the next slot on the grid
+                due += interval * ((now - due) // interval + 1)
+            self._stop.wait(due - now)

@@ -1,0 +1,295 @@
+"""The engine's own view while the load runs: its Prometheus /metrics, scraped at 1 Hz.
+
+SGLang and vLLM say how many requests run and wait and how full the KV cache is, which is
+what tells a running-request cap (the story's `--max-running-requests 64`) from a full
+cache or a slow step. Both name styles map to the same fields:
+
+| field | SGLang | vLLM |
+|---|---|---|
+| running | sglang:num_running_reqs | vllm:num_requests_running |
+| queued | sglang:num_queue_reqs | vllm:num_requests_waiting |
+| kv_usage (0-1) | sglang:token_usage | vllm:kv_cache_usage_perc (older: gpu_cache_usage_perc) |
+| gen_throughput (tok/s) | sglang:gen_throughput | vllm:generation_tokens_total, per s |
+| prompt_tokens_total | sglang:prompt_tokens_total | vllm:prompt_tokens_total |
+| generation_tokens_total | sglang:generation_tokens_total | vllm:generation_tokens_total |
+
+Several label sets (data-parallel ranks, vLLM engines) are summed, KV usage averaged.
+
+The scraper is a thread with urllib, not a task on the load generator's event loop, and it
+drops every line of families it does not know before parsing, so a large /metrics costs
+the client little. An engine without /metrics (transformers serve; SGLang without
+--enable-metrics) answers 404 or refuses the first scrape: the scraper then stops and
+records why, and the summary's engine columns say n/a.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from servelab.core.clock import NS_PER_S, now_ns, wall_anchor
+from servelab.core.errors import ConfigError
+from servelab.telemetry._loop import ErrorLog, Periodic
+from servelab.telemetry.gpu import Sink
+
+__all__ = [
+    "DEFAULT_SCRAPE_INTERVAL_S",
+    "DEFAULT_SCRAPE_TIMEOUT_S",
+    "EngineSample",
+    "EngineTrace",
+    "MetricsScraper",
+    "ParsedMetrics",
+    "metrics_url",
+    "parse_metrics",
+]
+
+DEFAULT_SCRAPE_INTERVAL_S = 1.0
+DEFAULT_SCRAPE_TIMEOUT_S = 2.0
+
+_FIELDS: dict[str, tuple[str, ...]] = {
+    "running": ("sglang:num_running_reqs", "vllm:num_requests_running"),
+    "queued": ("sglang:num_queue_reqs", "vllm:num_requests_waiting"),
+    "kv_usage": ("sglang:token_usage", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    "gen_throughput": ("sglang:gen_throughput",),
+    "prompt_tokens_total": ("sglang:prompt_tokens_total", "vllm:prompt_tokens_total"),
+    "generation_tokens_total": (
+        "sglang:generation_tokens_total",
+        "vllm:generation_tokens_total",
+    ),
+}
+_AVERAGED = frozenset({"kv_usage"})
+
+# Kept in the rows beside the mapped ones: capacity, cache and preemption context.
+_RAW_ONLY = (
+    "sglang:num_used_tokens",
+    "sglang:max_total_num_tokens",
+    "sglang:cache_hit_rate",
+    "sglang:num_requests_total",
+    "vllm:num_preemptions_total",
+    "vllm:request_success_total",
+)
+_KNOWN_SAMPLES = frozenset([*(name for names in _FIELDS.values() for name in names), *_RAW_ONLY])
+# Family names as HELP/TYPE lines may write them (counters with or without _total).
+_KNOWN_FAMILIES = _KNOWN_SAMPLES | {name.removesuffix("_total") for name in _KNOWN_SAMPLES}
+
+# HTTP answers that mean "this server has no /metrics" rather than "not now".
+_NO_METRICS_STATUS = frozenset({400, 401, 403, 404, 405, 410, 501})
+
+_NO_METRICS_HINT = "SGLang serves /metrics only with --enable-metrics; transformers serve has none"
+
+Labels = dict[str, str]
+
+
+@dataclass(frozen=True)
+class ParsedMetrics:
+    """The known families of one scrape: `engine` is 'sglang', 'vllm' or None (neither)."""
+
+    engine: str | None
+    raw: dict[str, list[tuple[Labels, float]]]
+
+    def value(self, name: str) -> float | None:
+        """The field's value: summed over label sets (averaged for KV usage); None if absent."""
+        for sample_name in _FIELDS[name]:
+            values = [value for _, value in self.raw.get(sample_name, [])]
+            if values:
+                total = sum(values)
+                return total / len(values) if name in _AVERAGED else total
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSample:
+    """One scrape mapped to the common fields; None where the engine does not report one."""
+
+    t_ns: int
+    engine: str | None
+    running: float | None
+    queued: float | None
+    kv_usage: float | None
+    gen_throughput: float | None
+    prompt_tokens_total: float | None
+    generation_tokens_total: float | None
+
+
+@dataclass(frozen=True)
+class EngineTrace:
+    """What the scraper holds; `reason` says why the engine's metrics are unavailable."""
+
+    url: str | None = None
+    samples: list[EngineSample] = field(default_factory=list)
+    reason: str | None = None
+
+
+def metrics_url(url: str) -> str:
+    """The /metrics at the root of the engine's URL, unless `url` already names it."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"not an http(s) URL for /metrics: {url!r}")
+    path = parts.path if parts.path.rstrip("/").endswith("/metrics") else "/metrics"
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def _known_lines(text: str) -> Iterable[str]:
+    """The lines of known families only: parsing every histogram would be wasted work."""
+    for line in text.splitlines():
+        if line.startswith("#"):
+            words = line.split(maxsplit=3)
+            if len(words) >= 3 and words[1] in ("HELP", "TYPE") and words[2] in _KNOWN_FAMILIES:
+                yield line
+        else:
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in _KNOWN_SAMPLES:
+                yield line
+
+
+def parse_metrics(text: str) -> ParsedMetrics:
+    """Parse Prometheus text, keeping the families this module knows, with their labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    raw: dict[str, list[tuple[Labels, float]]] = {}
+    engines: set[str] = set()
+    known = "\n".join(_known_lines(text)) + "\n"
+    for family in text_string_to_metric_families(known):
+        engines.add(family.name.split(":", 1)[0])
+        for sample in family.samples:
+            if sample.name in _KNOWN_SAMPLES:
+                raw.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+    engine = "sglang" if "sglang" in engines else "vllm" if "vllm" in engines else None
+    return ParsedMetrics(engine=engine, raw=raw)
+
+
+class MetricsScraper:
+    """Scrapes an engine's /metrics on a background thread from `start` to `stop`."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        sink: Sink | None = None,
+        interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
+        timeout_s: float = DEFAULT_SCRAPE_TIMEOUT_S,
+    ) -> None:
+        self.url = metrics_url(url)
+        self._sink = sink
+        self.errors = ErrorLog()
+        self._timeout_s = timeout_s
+        # The engine is local or reached directly, as the load generator reaches it.
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self._lock = threading.Lock()
+        self._samples: list[EngineSample] = []
+        self._reason: str | None = None
+        self._previous_tokens: tuple[int, float] | None = None
+        self._loop = Periodic(
+            "servelab-telemetry-metrics", interval_s, self._scrape, self.errors, label="metrics"
+        )
+
+    def start(self) -> None:
+        anchor_ns, unix_s = wall_anchor()
+        self._emit({"kind": "start", "t_ns": anchor_ns, "unix_time": unix_s, "url": self.url})
+        self._loop.start()
+
+    def stop(self, timeout_s: float = 5.0) -> bool:
+        """End the thread; False if a scrape is still stuck after `timeout_s`."""
+        self._loop.signal_stop()
+        return self._loop.join(timeout_s)
+
+    def trace(self) -> EngineTrace:
+        with self._lock:
+            return EngineTrace(url=self.url, samples=list(self._samples), reason=self._reason)
+
+    def _emit(self, row: dict[str, Any]) -> None:
+        if self._sink is not None:
+            self._sink([row])
+
+    def _scrape(self) -> None:
+        t_send = now_ns()
+        try:
+            with self._opener.open(self.url, timeout=self._timeout_s) as response:
+                body = response.read()
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            self._failed(
+                f"HTTP {exc.code} from {self.url}",
+                final=exc.code in _NO_METRICS_STATUS,
+                hint=_NO_METRICS_HINT if exc.code == 404 else None,
+            )
+            return
+        except urllib.error.URLError as exc:
+            timed_out = isinstance(exc.reason, TimeoutError)
+            self._failed(f"{self.url} did not answer: {exc.reason}", final=not timed_out)
+            return
+        except TimeoutError:
+            self._failed(f"{self.url} did not answer within {self._timeout_s:g} s", final=False)
+            return
+        except (OSError, http.client.HTTPException) as exc:  # reset, or cut off mid-body
+            self._failed(f"{self.url}: {type(exc).__name__}: {exc}", final=False)
+            return
+        t_recv = now_ns()
+        parsed = parse_metrics(body.decode("utf-8", errors="replace"))
+        t_ns = (t_send + t_recv) // 2
+        sample = EngineSample(
+            t_ns=t_ns,
+            engine=parsed.engine,
+            running=parsed.value("running"),
+            queued=parsed.value("queued"),
+            kv_usage=parsed.value("kv_usage"),
+            gen_throughput=parsed.value("gen_throughput"),
+            prompt_tokens_total=parsed.value("prompt_tokens_total"),
+            generation_tokens_total=parsed.value("generation_tokens_total"),
+        )
+        if sample.gen_throughput is None and sample.generation_tokens_total is not None:
+            sample = _with_derived_throughput(sample, self._previous_tokens)
+        if sample.generation_tokens_total is not None:
+            self._previous_tokens = (t_ns, sample.generation_tokens_total)
+        with self._lock:
+            self._samples.append(sample)
+        self._emit(
+            {
+                "kind": "metrics",
+                "t_ns": t_ns,
+                "scrape_ms": (t_recv - t_send) / 1e6,
+                "engine": sample.engine,
+                "running": sample.running,
+                "queued": sample.queued,
+                "kv_usage": sample.kv_usage,
+                "gen_throughput": sample.gen_throughput,
+                "prompt_tokens_total": sample.prompt_tokens_total,
+                "generation_tokens_total": sample.generation_tokens_total,
+                "raw": {
+                    name: [[labels, value] for labels, value in rows]
+                    for name, rows in parsed.raw.items()
+                },
+            }
+        )
+
+    def _failed(self, message: str, *, final: bool, hint: str | None = None) -> None:
+        """A scrape failed: before any success a final failure means the engine has none."""
+        with self._lock:
+            unavailable = final and not self._samples
+            if unavailable:
+                self._reason = message if hint is None else f"{message} ({hint})"
+        if unavailable:
+            self._loop.signal_stop()
+            self._emit({"kind": "unavailable", "t_ns": now_ns(), "reason": self._reason})
+        else:
+            self.errors.add(f"metrics: {message}")
+            self._emit({"kind": "error", "t_ns": now_ns(), "message": message})
+
+
+def _with_derived_throughput(
+    sample: EngineSample, previous: tuple[int, float] | None
+) -> EngineSample:
+    """vLLM has no throughput gauge: output tokens since the previous scrape per second."""
+    if previous is None or sample.generation_tokens_total is None:
+        return sample
+    then_ns, then_tokens = previous
+    delta = sample.generation_tokens_total - then_tokens
+    if delta < 0 or sample.t_ns <= then_ns:  # the engine restarted and its counter with it
+        return sample
+    return replace(sample, gen_throughput=delta * NS_PER_S / (sample.t_ns - then_ns))

@@ -1,0 +1,49 @@
+"""Telemetry beside the load: the engine's /metrics scraped on the bench clock."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from servelab.bench.session import BenchConfig, run_bench
+from servelab.bench.workload import WorkloadSpec
+
+SERVELAB = [sys.executable, "-m", "servelab"]
+
+
+def test_the_engines_queue_is_seen_per_level(start_sim, tmp_path: Path):
+    sim = start_sim(step_base_ms=20, max_running_requests=2)
+    config = BenchConfig(
+        url=sim.url,
+        levels=[1, 6],
+        num_requests=12,
+        warmup=0,
+        workload=WorkloadSpec(input_len=16, output_len=40),
+        out=tmp_path / "run",
+        metrics_url=sim.url,
+    )
+    levels = run_bench(config).summary.levels
+    alone, queued = (level.telemetry for level in levels)
+    assert alone is not None and queued is not None
+    assert alone.engine.available and alone.engine.engine == "sglang"
+    assert alone.engine.running_max == 1 and alone.engine.queued_max == 0
+    assert queued.engine.running_max == 2
+    assert queued.engine.queued_mean is not None and queued.engine.queued_mean > 1
+    assert not queued.gpu.available  # no --gpus
+    rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["kind"] == "start" and rows[-1]["kind"] == "stop"
+    assert sum(row["kind"] == "metrics" for row in rows) >= 2
+
+
+def test_gpus_without_nvml_is_one_line(tmp_path: Path):
+    result = subprocess.run(
+        [*SERVELAB, "bench", "--url", "http://127.0.0.1:9", "--gpus", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--gpus needs NVML" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
