@@ -92,8 +92,12 @@ def test_servelab_run_end_to_end(tmp_path: Path):
         "| 64 ",
         "## Machine verdicts",
         "No NVIDIA GPU visible",
+        "## Engine log",
     ):
         assert part in report
+    events = json.loads((out / "engine_events.json").read_text())
+    assert events["engine"] == "embedded" and events["lines"] > 0
+    assert "engine_ready" in {event["kind"] for event in events["events"]}
     probe = json.loads((out / "probe.json").read_text())
     assert probe["schema"] == "servelab.probe/1"
     assert "no-nvidia-gpu" in [v["code"] for v in probe["verdicts"]]

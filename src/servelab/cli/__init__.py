@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from servelab.cli.bench import bench
+from servelab.cli.engine import engine_app
 from servelab.cli.model import model
 from servelab.cli.probe import probe
 from servelab.cli.run import run
@@ -29,6 +30,7 @@ app.command("bench")(bench)
 app.command("model")(model)
 app.command("run")(run)
 app.command("sim")(sim)
+app.add_typer(engine_app, name="engine")
 
 
 def main() -> None:

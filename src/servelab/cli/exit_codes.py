@@ -62,6 +62,9 @@ def handle_errors(err: Console) -> Iterator[None]:
         if exc.log_tail:
             lines.append("last lines of the engine log:")
             lines += [f"  {line}" for line in exc.log_tail[-10:]]
+        if exc.findings:
+            lines.append("what the log says:")
+            lines += [f"  {finding}" for finding in exc.findings[:8]]
         if exc.log_path:
             lines.append(f"full log: {exc.log_path}")
         _fail(err, "\n".join(lines), ExitCode.ENGINE_FAILED)

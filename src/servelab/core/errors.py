@@ -71,6 +71,8 @@ class EngineLaunchError(ServelabError):
         super().__init__(message)
         self.log_path = log_path
         self.log_tail = log_tail or []
+        self.findings: list[str] = []
+        """Known log signatures that explain the failure, each with what to try."""
 
 
 class EngineSetupError(ServelabError):

@@ -1,16 +1,21 @@
 """Starts an engine as a child process and stops it with nothing left behind.
 
-The child gets its own process group (so every process it forks can be signalled at
-once), listens on 127.0.0.1 and a free port, and writes stdout and stderr to
-`engine.log`. It is ready when its health URL answers 200. Stopping sends SIGTERM to
-the group, then SIGKILL after a grace period, and waits until the group is empty. On
-Linux the child also receives SIGTERM if servelab itself dies.
+The child inherits servelab's environment with the spec's `env` on top, gets its own
+process group (so every process it forks can be signalled at once), and listens on the
+spec's host and port (default 127.0.0.1 and a free port). Its stdout and stderr go
+through a reader thread into `engine.log`, every line stamped (`enginelog`), and to an
+optional `on_line` hook. It is ready when its health URL answers 200 and then, for
+engines that list models, /v1/models does too. Stopping sends SIGTERM to the group,
+then SIGKILL after a grace period, and waits until the group is empty; on a GPU it then
+checks through NVML that the engine's memory was given back. On Linux the child also
+receives SIGTERM if servelab itself dies.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -19,11 +24,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from servelab.core.errors import EngineLaunchError
 from servelab.engines.base import EngineAdapter, EngineSpec
+from servelab.engines.enginelog import LogPump, log_tail
+from servelab.engines.gpu import DEFAULT_GPU_RELEASE_TIMEOUT_S, GpuWatch
 from servelab.engines.registry import get_adapter
 
 __all__ = [
@@ -33,17 +40,19 @@ __all__ = [
     "engine_running",
     "free_port",
     "launch_engine",
+    "url_host",
 ]
 
 LOCALHOST = "127.0.0.1"
 DEFAULT_STOP_GRACE_S = 10.0
 _POLL_S = 0.25
 _LOG_TAIL_LINES = 20
+_WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
 
 
 @dataclass
 class RunningEngine:
-    """An engine process that answered its health check."""
+    """An engine process that answered its readiness checks."""
 
     adapter: EngineAdapter
     spec: EngineSpec
@@ -51,21 +60,56 @@ class RunningEngine:
     command: list[str]
     process: subprocess.Popen[bytes]
     log_path: Path
+    gpu_memory_released: bool | None = None
+    """After `stop`: True when NVML no longer lists the engine's processes, False when it
+    still does, None when not checked (no NVML here, or not stopped yet)."""
+    gpu_memory_detail: str = "n/a: not stopped yet"
+    """What was held and when it was released, or why it was not checked."""
+    _pump: LogPump | None = field(default=None, repr=False)
+    _gpus: GpuWatch | None = field(default=None, repr=False)
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
-    def stop(self, *, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
-        """SIGTERM the process group, SIGKILL what remains after `grace_s`, wait for all."""
+    @property
+    def pgid(self) -> int:
+        """The engine's process group: its own pid (it leads a new session)."""
+        return self.process.pid
+
+    def stop(
+        self,
+        *,
+        grace_s: float = DEFAULT_STOP_GRACE_S,
+        gpu_timeout_s: float = DEFAULT_GPU_RELEASE_TIMEOUT_S,
+    ) -> None:
+        """SIGTERM the process group, SIGKILL what remains after `grace_s`, wait for all;
+        then record whether the GPU memory came back within `gpu_timeout_s`."""
+        if self._gpus is not None:
+            self._gpus.observe(self.pgid)
         _stop_group(self.process, grace_s)
+        if self._pump is not None:
+            self._pump.note(f"engine exited with code {self.process.returncode}")
+            self._pump.close()
+            self._pump = None
+        if self._gpus is not None:
+            self.gpu_memory_released, self.gpu_memory_detail = self._gpus.released(
+                timeout_s=gpu_timeout_s
+            )
+            self._gpus.close()
+            self._gpus = None
 
 
 def free_port(host: str = LOCALHOST) -> int:
     """A TCP port nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
+        sock.bind((url_host(host), 0))
         return int(sock.getsockname()[1])
+
+
+def url_host(host: str) -> str:
+    """Where to reach a server listening on `host` from this machine."""
+    return LOCALHOST if host in _WILDCARDS else host
 
 
 def launch_engine(
@@ -74,33 +118,65 @@ def launch_engine(
     log_path: Path,
     port: int | None = None,
     on_status: Callable[[str], None] = lambda _msg: None,
+    on_line: Callable[[str], None] | None = None,
 ) -> RunningEngine:
-    """Prepare, start and wait for the engine; raise EngineLaunchError if it dies or stalls."""
+    """Prepare, start and wait for the engine; raise EngineLaunchError if it dies or stalls.
+
+    `on_line` gets every line the engine prints, without its stamp, on the reader thread.
+    """
     adapter = get_adapter(spec.engine)
     if not adapter.launches:
         raise EngineLaunchError(f"engine {adapter.name!r} is attached by URL, not launched")
     on_status(f"preparing {adapter.name}")
     spec = adapter.prepare(spec)
-    port = port or free_port()
-    command = adapter.command(spec, host=LOCALHOST, port=port)
+    host = spec.host or LOCALHOST
+    port = port or spec.port
+    if port is None:
+        port = free_port(host)
+    elif not _port_free(host, port):
+        raise EngineLaunchError(f"cannot start {adapter.name}: port {port} on {host} is in use")
+    command = adapter.command(spec, host=host, port=port)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    on_status(f"starting {adapter.name} on {LOCALHOST}:{port}")
-    with log_path.open("ab") as log:
+    gpus, no_gpu = GpuWatch.open()
+    on_status(f"starting {adapter.name} on {host}:{port}")
+    try:
         process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
-            stdout=log,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env={**os.environ, **spec.env},
             start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
-    engine = RunningEngine(adapter, spec, f"http://{LOCALHOST}:{port}", command, process, log_path)
+    except OSError as exc:
+        if gpus is not None:
+            gpus.close()
+        raise EngineLaunchError(
+            f"cannot start {adapter.name}: {command[0]}: {exc.strerror}", log_path=str(log_path)
+        ) from None
+    assert process.stdout is not None
+    pump = LogPump(process.stdout, log_path, on_line)
+    pump.note(f"launching {shlex.join(command)}")
+    pump.start()
+    engine = RunningEngine(
+        adapter,
+        spec,
+        f"http://{url_host(host)}:{port}",
+        command,
+        process,
+        log_path,
+        gpu_memory_detail=f"n/a: {no_gpu}" if no_gpu else "n/a: not stopped yet",
+        _pump=pump,
+        _gpus=gpus,
+    )
     try:
         _wait_ready(engine, spec.startup_timeout_s)
     except BaseException:
         engine.stop(grace_s=2.0)
         raise
+    if gpus is not None:
+        gpus.observe(engine.pgid)
     on_status(f"{adapter.name} ready at {engine.url}")
     return engine
 
@@ -111,9 +187,10 @@ def engine_running(
     *,
     log_path: Path,
     on_status: Callable[[str], None] = lambda _msg: None,
+    on_line: Callable[[str], None] | None = None,
 ) -> Iterator[RunningEngine]:
     """Launch for the duration of a `with` block; always stopped on the way out."""
-    engine = launch_engine(spec, log_path=log_path, on_status=on_status)
+    engine = launch_engine(spec, log_path=log_path, on_status=on_status, on_line=on_line)
     try:
         yield engine
     finally:
@@ -121,29 +198,41 @@ def engine_running(
 
 
 def _wait_ready(engine: RunningEngine, timeout_s: float) -> None:
-    url = engine.url + engine.adapter.health_path
+    """/health, then /v1/models where the engine has it, each answering 200."""
+    paths = [engine.adapter.health_path]
+    models_path: str | None = getattr(engine.adapter, "models_path", None)
+    if models_path and models_path != engine.adapter.health_path:
+        paths.append(models_path)
     deadline = time.monotonic() + timeout_s
-    while True:
+    while paths:
         code = engine.process.poll()
         if code is not None:
-            tail = _log_tail(engine.log_path)
             raise EngineLaunchError(
                 f"{engine.adapter.name} exited with code {code} while starting",
                 log_path=str(engine.log_path),
-                log_tail=tail,
+                log_tail=_settled_tail(engine),
             )
-        if _healthy(url):
-            return
+        if _answers(engine.url + paths[0]):
+            paths.pop(0)
+            continue
         if time.monotonic() > deadline:
+            waiting = "" if paths[0] == engine.adapter.health_path else f" ({paths[0]})"
             raise EngineLaunchError(
-                f"{engine.adapter.name} was not ready after {timeout_s:g} s",
+                f"{engine.adapter.name} was not ready after {timeout_s:g} s{waiting}",
                 log_path=str(engine.log_path),
-                log_tail=_log_tail(engine.log_path),
+                log_tail=log_tail(engine.log_path, _LOG_TAIL_LINES),
             )
         time.sleep(_POLL_S)
 
 
-def _healthy(url: str) -> bool:
+def _settled_tail(engine: RunningEngine) -> list[str]:
+    """The log's tail once the reader has written everything the dead engine printed."""
+    if engine._pump is not None:
+        engine._pump.join(timeout=2.0)
+    return log_tail(engine.log_path, _LOG_TAIL_LINES)
+
+
+def _answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             return bool(response.status == 200)
@@ -151,12 +240,18 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def _log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> list[str]:
+def _port_free(host: str, port: int) -> bool:
+    """Whether a server could bind host:port now (SO_REUSEADDR, as servers set it)."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM
+        )[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
     except OSError:
-        return []
-    return [line for line in text.splitlines() if line.strip()][-lines:]
+        return False
+    return True
 
 
 def _die_with_parent() -> None:

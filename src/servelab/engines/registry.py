@@ -36,10 +36,21 @@ def _load_builtin() -> None:
         return
     from servelab.engines.embedded import EmbeddedAdapter
     from servelab.engines.openai import OpenAIAdapter
+    from servelab.engines.sglang import SGLangAdapter
     from servelab.engines.sim import SimAdapter
+    from servelab.engines.transformers_serve import TransformersAdapter
+    from servelab.engines.vllm import VLLMAdapter
 
     globals()["_builtin_loaded"] = True
-    for adapter in (EmbeddedAdapter(), SimAdapter(), OpenAIAdapter()):
+    builtin = (
+        SGLangAdapter(),
+        VLLMAdapter(),
+        TransformersAdapter(),
+        EmbeddedAdapter(),
+        SimAdapter(),
+        OpenAIAdapter(),
+    )
+    for adapter in builtin:
         ENGINES.setdefault(adapter.name, adapter)
 
 

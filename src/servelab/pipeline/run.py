@@ -19,7 +19,8 @@ from servelab.bench.workload import WorkloadSpec
 from servelab.core.errors import Interrupted
 from servelab.diagnose import Knee, find_knee
 from servelab.engines.base import EngineSpec
-from servelab.engines.launcher import RunningEngine, launch_engine
+from servelab.engines.launcher import RunningEngine
+from servelab.engines.watched import WatchedEngine, launch_watched
 from servelab.probe.collect import run_probe
 from servelab.probe.report import ProbeReport
 from servelab.report import render_run_report
@@ -39,6 +40,7 @@ DEFAULT_RUN_INPUT_LEN = 128
 DEFAULT_RUN_OUTPUT_LEN = 64
 REPORT_FILENAME = "report.md"
 PROBE_FILENAME = "probe.json"
+ENGINE_EVENTS_FILENAME = "engine_events.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,32 +85,42 @@ def run_pipeline(
         default_run_name(config.url) if config.url else f"embedded-{config.preset}"
     )
     run_dir = RunDir.create(name=name, out=config.out, root=config.runs_root)
-    engine: RunningEngine | None = None
+    watched: WatchedEngine | None = None
     try:
         on_event(Notice("probing the machine"))
         probe = run_probe()
         run_dir.write_text(PROBE_FILENAME, probe.model_dump_json(by_alias=True, indent=2) + "\n")
         if config.url is None:
-            engine = launch_engine(
+            watched = launch_watched(
                 EngineSpec(engine="embedded", model=config.preset),
                 log_path=run_dir.path / "engine.log",
                 on_status=lambda message: on_event(Notice(message)),
             )
+        engine = watched.engine if watched else None
         bench = _bench_config(config, name, engine)
         try:
             outcome = run_bench(
                 bench, on_event=on_event, run_dir=run_dir, engine_info=_engine_info(engine)
             )
         except Interrupted:
-            _write_report(run_dir, _load_summary(run_dir), engine, probe)
+            _stop(watched, on_event)
+            _write_report(run_dir, _load_summary(run_dir), watched, probe)
             raise
-        knee, report = _write_report(run_dir, outcome.summary, engine, probe)
+        _stop(watched, on_event)
+        knee, report = _write_report(run_dir, outcome.summary, watched, probe)
         return RunResult(outcome.summary, knee, run_dir.path, report)
     finally:
-        if engine is not None:
-            on_event(Notice("stopping the engine"))
-            engine.stop()
+        _stop(watched, on_event)
         run_dir.close()
+
+
+def _stop(watched: WatchedEngine | None, on_event: Callable[[BenchEvent], None]) -> None:
+    """Stop a launched engine and whatever its group left; a second call finds nothing."""
+    if watched is None:
+        return
+    if watched.engine.process.poll() is None:
+        on_event(Notice("stopping the engine"))
+    watched.engine.stop()
 
 
 def _bench_config(config: RunConfig, name: str, engine: RunningEngine | None) -> BenchConfig:
@@ -172,13 +184,23 @@ def _load_summary(run_dir: RunDir) -> BenchSummary | None:
 def _write_report(
     run_dir: RunDir,
     summary: BenchSummary | None,
-    engine: RunningEngine | None,
+    watched: WatchedEngine | None,
     probe: ProbeReport,
 ) -> tuple[Knee, Path]:
     knee = find_knee(summary.levels if summary else [])
+    scan = watched.scan() if watched else None
+    if scan is not None:
+        run_dir.write_text(ENGINE_EVENTS_FILENAME, scan.model_dump_json(indent=2) + "\n")
     if summary is None:
         return knee, run_dir.path / REPORT_FILENAME
+    engine = watched.engine if watched else None
+    gpu_memory = None if engine is None else (engine.gpu_memory_released, engine.gpu_memory_detail)
     text = render_run_report(
-        summary, knee=knee, engine_command=engine.command if engine else None, probe=probe
+        summary,
+        knee=knee,
+        engine_command=engine.command if engine else None,
+        probe=probe,
+        engine_log=scan,
+        gpu_memory=gpu_memory,
     )
     return knee, run_dir.write_text(REPORT_FILENAME, text)

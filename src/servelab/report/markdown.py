@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from servelab.bench.results import BenchSummary
 from servelab.diagnose.knee import Knee
+from servelab.engines.signatures import KIND_INFO, EventSeverity, LogScan
 from servelab.probe.report import ProbeReport
 from servelab.probe.verdict import Severity
 from servelab.report.tables import sweep_header, sweep_rows
@@ -20,6 +21,8 @@ def render_run_report(
     knee: Knee,
     engine_command: Sequence[str] | None,
     probe: ProbeReport | None = None,
+    engine_log: LogScan | None = None,
+    gpu_memory: tuple[bool | None, str] | None = None,
     title: str = "servelab run",
 ) -> str:
     """The Markdown report of a sweep: table, knee, machine verdicts, engine command, machine."""
@@ -51,6 +54,11 @@ def render_run_report(
         lines += ["", "## Notes", ""] + [f"- {n}" for n in dict.fromkeys(notes)]
     if probe is not None:
         lines += ["", "## Machine verdicts", "", *_verdict_lines(probe)]
+    if engine_log is not None:
+        lines += ["", "## Engine log", "", *_engine_log_lines(engine_log)]
+    if gpu_memory is not None and gpu_memory[0] is not None:
+        released = "released" if gpu_memory[0] else "**not released**"
+        lines += ["", f"GPU memory after the engine stopped: {released} ({gpu_memory[1]})."]
     if engine_command:
         lines += ["", "## Engine command", "", "```", shlex.join(engine_command), "```"]
     lines += ["", "## Machine", ""]
@@ -79,4 +87,18 @@ def _verdict_lines(probe: ProbeReport) -> list[str]:
         if verdict.severity is not Severity.OK:
             lines.append(f"  - why it matters: {verdict.meaning}")
             lines.append(f"  - try: {verdict.action}")
+    return lines
+
+
+def _engine_log_lines(scan: LogScan) -> list[str]:
+    """The known signatures its log matched, worst first, each with what to try."""
+    if not scan.events:
+        return [f"No known signature in {scan.lines:,} lines of `engine.log`."]
+    order = {EventSeverity.ERROR: 0, EventSeverity.WARNING: 1, EventSeverity.INFO: 2}
+    lines = [f"From {scan.lines:,} lines of `engine.log` (`engine_events.json`):", ""]
+    for event in sorted(scan.events, key=lambda e: (order[e.severity], e.line_no)):
+        repeated = f" (x{event.count})" if event.count > 1 else ""
+        lines.append(f"- **{event.severity.value}** `{event.kind.value}`{repeated}: {event.text}")
+        if event.severity is not EventSeverity.INFO:
+            lines.append(f"  - try: {KIND_INFO[event.kind].advice}")
     return lines

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from servelab.core.errors import ConfigError
 from servelab.engines.base import EngineSpec
 from servelab.engines.embedded._deps import require_local_extra
-from servelab.engines.embedded.build import ensure_model
+from servelab.engines.embedded.build import ensure_model, model_dir
 from servelab.engines.embedded.presets import DEFAULT_PRESET, get_preset
+from servelab.engines.transformers_serve import (
+    TRANSFORMERS_CLI,
+    transformers_program,
+    transformers_tuning,
+)
 
 __all__ = ["SERVER_ENV", "EmbeddedAdapter"]
 
@@ -30,6 +34,9 @@ class EmbeddedAdapter:
     description = "transformers serve --continuous-batching on a generated Qwen3-MoE-style model"
     launches = True
     health_path = "/health"
+    models_path = "/v1/models"
+    metrics_path = None
+    cli = TRANSFORMERS_CLI
     # transformers serve answers 422 to ignore_eos and min_tokens; the model has no EOS
     # anyway, so every request already runs to max_tokens.
     pinning_fields: frozenset[str] | None = frozenset()
@@ -46,26 +53,24 @@ class EmbeddedAdapter:
         """
         preset = get_preset(spec.model or DEFAULT_PRESET)
         require_local_extra(serving=True)
-        folder = str(ensure_model(preset.name, cache_dir=self._cache_dir))
-        device = spec.device or preset.device
-        return spec.model_copy(
-            update={
-                "model": folder,
-                "served_name": folder,
-                "device": device,
-                "env": {**SERVER_ENV, **_cpu_threads(device), **spec.env},
-            }
-        )
+        folder = ensure_model(preset.name, cache_dir=self._cache_dir)
+        return _pointed_at(spec, folder, spec.device or preset.device)
+
+    def preview(self, spec: EngineSpec) -> EngineSpec:
+        """The spec `prepare` would return, without building the model (for `engine check`)."""
+        preset = get_preset(spec.model or DEFAULT_PRESET)
+        folder = model_dir(preset.name, cache_dir=self._cache_dir)
+        return _pointed_at(spec, folder, spec.device or preset.device)
+
+    def program(self, spec: EngineSpec) -> list[str]:
+        return transformers_program(spec)
 
     def command(self, spec: EngineSpec, *, host: str, port: int) -> list[str]:
         """`transformers serve <folder> --continuous-batching` on host:port, in this interpreter."""
         if spec.model is None or spec.device is None:
             raise ConfigError("embedded spec has no model folder or device; prepare() it first")
         return [
-            sys.executable,
-            "-m",
-            "transformers.cli.transformers",
-            "serve",
+            *self.program(spec),
             spec.model,
             "--continuous-batching",
             "--host",
@@ -74,8 +79,20 @@ class EmbeddedAdapter:
             str(port),
             "--device",
             spec.device,
+            *transformers_tuning(self.name, spec),
             *spec.extra_args,
         ]
+
+
+def _pointed_at(spec: EngineSpec, folder: Path, device: str) -> EngineSpec:
+    return spec.model_copy(
+        update={
+            "model": str(folder),
+            "served_name": str(folder),
+            "device": device,
+            "env": {**SERVER_ENV, **_cpu_threads(device), **spec.env},
+        }
+    )
 
 
 def _cpu_threads(device: str) -> dict[str, str]:

@@ -1,0 +1,327 @@
+"""`servelab engine check|up|down|logs|list`: launch, watch and stop a serving engine.
+
+A spec comes from a YAML file, from options, or from both (options win; --env and
+--knob merge into the file's, --extra-args append). `check` starts nothing; `up`
+leaves the engine running after it returns, recorded in the state file
+(`$SERVELAB_STATE`, else `$XDG_STATE_HOME/servelab`, else `~/.local/state/servelab`).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from servelab.cli.exit_codes import handle_errors
+from servelab.core.errors import ConfigError
+from servelab.core.units import parse_duration_s
+from servelab.engines.base import KNOB_NAMES, EngineSpec
+
+if TYPE_CHECKING:
+    from servelab.engines.check import SpecCheck
+
+__all__ = ["engine_app"]
+
+engine_app = typer.Typer(
+    name="engine",
+    help="Launch, watch and stop a serving engine (SGLang, vLLM, transformers, sim) from a spec.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+SpecPath = Annotated[
+    Path | None, typer.Argument(help="YAML spec: engine, model, tp, knobs, env, extra_args...")
+]
+EngineName = Annotated[
+    str | None,
+    typer.Option(
+        "--engine", help="sglang, vllm, transformers, embedded, sim (replaces the spec's)."
+    ),
+]
+Model = Annotated[str | None, typer.Option(help="Model path or hub id (embedded: a preset).")]
+ServedName = Annotated[str | None, typer.Option(help="Name the model is served under.")]
+Host = Annotated[str | None, typer.Option(help="Address to listen on. Default: 127.0.0.1.")]
+Port = Annotated[int | None, typer.Option(help="Port to listen on. Default: a free one.")]
+Tp = Annotated[int | None, typer.Option("--tp", help="Tensor parallel size.")]
+Pp = Annotated[int | None, typer.Option("--pp", help="Pipeline parallel size.")]
+Ep = Annotated[int | None, typer.Option("--ep", help="Expert parallel size.")]
+Dp = Annotated[int | None, typer.Option("--dp", help="Data parallel size.")]
+Device = Annotated[str | None, typer.Option(help="Device, for transformers and embedded.")]
+Knob = Annotated[
+    list[str] | None,
+    typer.Option(
+        help=f"KEY=VALUE, repeatable; keys: {', '.join(KNOB_NAMES)}. Mapped to the engine's "
+        "own flag; a knob it lacks is an error."
+    ),
+]
+Env = Annotated[
+    list[str] | None, typer.Option(help="KEY=VALUE added to the engine's environment; repeatable.")
+]
+ExtraArgs = Annotated[
+    str | None, typer.Option(help="Native flags passed through, as one shell-quoted string.")
+]
+StartupTimeout = Annotated[
+    str | None,
+    typer.Option("--startup-timeout", help="How long the engine may take to be ready: 10m, 90s."),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+@engine_app.command("check")
+def check(
+    spec_path: SpecPath = None,
+    engine: EngineName = None,
+    model: Model = None,
+    served_name: ServedName = None,
+    host: Host = None,
+    port: Port = None,
+    tp: Tp = None,
+    pp: Pp = None,
+    ep: Ep = None,
+    dp: Dp = None,
+    device: Device = None,
+    knob: Knob = None,
+    env: Env = None,
+    extra_args: ExtraArgs = None,
+    recorded: Annotated[
+        bool,
+        typer.Option(help="Check against the recorded flag list even when the engine is here."),
+    ] = False,
+    json_output: JsonFlag = False,
+) -> None:
+    """Print the exact command and environment of a spec and check every flag.
+
+    The flags (knobs mapped to the engine's own and --extra-args alike) are checked
+    against the installed engine's --help, else against the flag list recorded for a
+    named version; an unknown flag gets the closest valid name. Exit code 2 when a flag
+    is unknown or the spec is invalid. Nothing is started.
+    """
+    out, err = _out(), Console(stderr=True)
+    with handle_errors(err):
+        layout = {"tp": tp, "pp": pp, "ep": ep, "dp": dp}
+        fields = {"engine": engine, "model": model, "served_name": served_name, "host": host}
+        fields |= {"port": port, "device": device, **layout}
+        spec = _spec(spec_path, fields, knob, env, extra_args)
+        from servelab.engines.check import check_spec
+
+        result = check_spec(spec, use_installed=not recorded)
+        if json_output:
+            out.print_json(result.model_dump_json(), highlight=False)
+        else:
+            _print_check(out, result)
+        if not result.ok:
+            flags = ", ".join(problem.flag for problem in result.unknown_flags)
+            raise ConfigError(f"{result.engine} does not accept {flags}")
+
+
+@engine_app.command("up")
+def up(
+    spec_path: SpecPath = None,
+    engine: EngineName = None,
+    model: Model = None,
+    served_name: ServedName = None,
+    host: Host = None,
+    port: Port = None,
+    tp: Tp = None,
+    pp: Pp = None,
+    ep: Ep = None,
+    dp: Dp = None,
+    device: Device = None,
+    knob: Knob = None,
+    env: Env = None,
+    extra_args: ExtraArgs = None,
+    startup_timeout: StartupTimeout = None,
+    name: Annotated[
+        str | None, typer.Option(help="Name to stop it by. Default: ENGINE-PORT.")
+    ] = None,
+    log: Annotated[
+        Path | None, typer.Option(help="Write engine.log here. Default: in the state folder.")
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Start an engine that keeps running after this command returns.
+
+    Returns once the engine answers /health (and /v1/models); its name, pid, process
+    group, URL and log are recorded in the state file. Stop it with `servelab engine
+    down NAME`. Exit code 5 when the engine dies or is not ready in time; the last lines
+    of its log are shown.
+    """
+    out, err = _out(), Console(stderr=True)
+    with handle_errors(err):
+        layout = {"tp": tp, "pp": pp, "ep": ep, "dp": dp}
+        fields = {"engine": engine, "model": model, "served_name": served_name, "host": host}
+        fields |= {"port": port, "device": device, **layout}
+        if startup_timeout is not None:
+            fields["startup_timeout_s"] = parse_duration_s(
+                startup_timeout, what="--startup-timeout"
+            )
+        spec = _spec(spec_path, fields, knob, env, extra_args)
+        from servelab.engines.detached import engine_up
+
+        with err.status("starting", spinner="dots") as status:
+            record = engine_up(
+                spec, name=name, log_path=log, on_status=lambda m: status.update(escape(m))
+            )
+        if json_output:
+            out.print_json(record.model_dump_json(), highlight=False)
+            return
+        out.print(f"{escape(record.name)} ready at {record.url}")
+        out.print(f"  pid {record.engine_process.pid}, process group {record.pgid}")
+        out.print(f"  log {escape(record.log_path)}")
+        out.print(f"  stop it with: servelab engine down {escape(record.name)}")
+
+
+@engine_app.command("down")
+def down(
+    name: Annotated[str | None, typer.Argument(help="The engine's name (see `list`).")] = None,
+    all_engines: Annotated[bool, typer.Option("--all", help="Stop every recorded engine.")] = False,
+    grace: Annotated[str, typer.Option(help="Time between SIGTERM and SIGKILL, e.g. 10s.")] = "10s",
+) -> None:
+    """Stop a detached engine: SIGTERM its process group, SIGKILL what is left, forget it."""
+    out, err = _out(), Console(stderr=True)
+    with handle_errors(err):
+        grace_s = parse_duration_s(grace, what="--grace")
+        if (name is None) == (not all_engines):
+            raise ConfigError("give one engine NAME or --all")
+        from servelab.engines.detached import engine_down, running_engines
+
+        if all_engines:
+            live, stale = running_engines()
+            names = [record.name for record in live]
+            for gone in stale:
+                out.print(f"{escape(gone)} had already exited")
+        else:
+            assert name is not None
+            names = [name]
+        for each in names:
+            result = engine_down(each, grace_s=grace_s)
+            verb = "stopped" if result.was_running else "had already exited"
+            how = " (SIGKILL was needed)" if result.killed else ""
+            out.print(f"{escape(result.name)} {verb}{how}")
+            out.print(f"  GPU memory: {escape(_gpu_words(result.gpu_memory_released))}", end="")
+            out.print(f" ({escape(result.gpu_memory_detail)})")
+
+
+@engine_app.command("logs")
+def logs(
+    name: Annotated[str, typer.Argument(help="The engine's name (see `list`).")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines until it exits.")
+    ] = False,
+    lines: Annotated[
+        int | None, typer.Option("--lines", "-n", help="Only the last N lines.", min=1)
+    ] = None,
+) -> None:
+    """Print an engine's log: each line stamped with UTC time and the monotonic clock."""
+    err = Console(stderr=True)
+    with handle_errors(err):
+        from servelab.engines.detached import follow_log, log_path_of
+        from servelab.engines.state import load_records
+
+        path = log_path_of(name)
+        if not follow:
+            text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+            for line in text[-lines:] if lines else text:
+                typer.echo(line)
+            return
+
+        def stopped() -> bool:
+            record = load_records().get(name)
+            return record is None or not record.running()
+
+        shown = follow_log(path, until=stopped)
+        if lines:
+            skip = max(0, len(path.read_text(errors="replace").splitlines()) - lines)
+            shown = (line for index, line in enumerate(shown) if index >= skip)
+        for line in shown:
+            typer.echo(line)
+
+
+@engine_app.command("list")
+def list_engines(json_output: JsonFlag = False) -> None:
+    """The detached engines still running; entries of engines that exited are removed."""
+    out, err = _out(), Console(stderr=True)
+    with handle_errors(err):
+        from servelab.engines.detached import running_engines
+
+        live, stale = running_engines()
+        if json_output:
+            out.print_json(json.dumps([r.model_dump(mode="json") for r in live]), highlight=False)
+            return
+        for gone in stale:
+            err.print(f"{escape(gone)} had exited; its entry was removed", highlight=False)
+        if not live:
+            out.print("no engine is running")
+            return
+        table = Table("name", "engine", "url", "pid", "started (UTC)", "log", box=None)
+        for r in live:
+            table.add_row(
+                r.name, r.engine, r.url, str(r.engine_process.pid), r.started_at, r.log_path
+            )
+        out.print(table)
+
+
+def _spec(
+    path: Path | None,
+    fields: dict[str, object],
+    knobs: list[str] | None,
+    env: list[str] | None,
+    extra_args: str | None,
+) -> EngineSpec:
+    """The spec file (if any) with the options on top."""
+    from servelab.engines.spec import load_spec, parse_assignments, spec_with
+
+    base = load_spec(path) if path is not None else None
+    try:
+        extra = shlex.split(extra_args or "")
+    except ValueError as exc:
+        raise ConfigError(f"--extra-args is not shell-quoted text: {exc}") from None
+    return spec_with(
+        base,
+        fields=fields,
+        knobs=parse_assignments(knobs or [], option="--knob", typed=True),
+        env=parse_assignments(env or [], option="--env", typed=False),
+        extra_args=extra,
+        source=str(path) if path is not None else "command line",
+    )
+
+
+def _print_check(out: Console, result: SpecCheck) -> None:
+    out.print(f"engine  {result.engine}")
+    if result.command:
+        where = "" if result.port_from_spec else " (a free port, picked anew at launch)"
+        out.print(f"listen  {result.host}:{result.port}{where}")
+        env = " ".join(f"{key}={shlex.quote(value)}" for key, value in result.env.items())
+        out.print(f"env     {escape(env) if env else '(inherited only)'}")
+        out.print("command")
+        out.print(escape(" ".join(filter(None, [env, shlex.join(result.command)]))))
+    for note in result.notes:
+        out.print(f"note    {escape(note)}")
+    if result.flags_source is None:
+        return
+    if result.ok:
+        out.print(f"flags   all accepted, per {escape(result.flags_source)}")
+        return
+    out.print(f"flags   checked against {escape(result.flags_source)}:")
+    for problem in result.unknown_flags:
+        hint = f"; did you mean {problem.suggestion}?" if problem.suggestion else ""
+        out.print(f"  unknown {escape(problem.flag)}{escape(hint)}")
+
+
+def _out() -> Console:
+    """stdout; piped, Rich would cut tables at 80 columns: the paths need more."""
+    return Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def _gpu_words(released: bool | None) -> str:
+    if released is None:
+        return "not checked"
+    return "released" if released else "STILL HELD"

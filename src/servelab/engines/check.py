@@ -1,0 +1,91 @@
+"""`engine check`: the exact command and environment a spec launches, its flags validated.
+
+Nothing is started and nothing is built: the embedded engine's model folder is named,
+not generated. The flags (mapped knobs and extra_args alike) are checked against the
+installed engine's `--help` when it runs, else against the recorded list of a named
+version; an engine with neither is reported as not validated.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from servelab.engines.base import EngineSpec
+from servelab.engines.flagcheck import (
+    CliFlags,
+    FlagProblem,
+    installed_flags,
+    recorded_flags,
+    unknown_flags,
+)
+from servelab.engines.launcher import LOCALHOST, free_port
+from servelab.engines.registry import get_adapter
+
+__all__ = ["SpecCheck", "check_spec"]
+
+
+class SpecCheck(BaseModel):
+    """What `check_spec` found; `ok` when every flag is one the engine accepts."""
+
+    engine: str
+    command: list[str] = Field(description="The argv that would start the engine.")
+    env: dict[str, str] = Field(description="Added on top of the inherited environment.")
+    host: str
+    port: int
+    port_from_spec: bool = Field(description="False: a free port, picked anew at launch.")
+    flags_source: str | None = Field(
+        default=None, description="Where the accepted flags came from; None: not validated."
+    )
+    notes: list[str] = Field(default_factory=list, description="Why a source was not used.")
+    unknown_flags: list[FlagProblem] = Field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.unknown_flags
+
+
+def check_spec(spec: EngineSpec, *, use_installed: bool = True) -> SpecCheck:
+    """Build the command `spec` launches and check its flags; raises ConfigError on a bad spec."""
+    adapter = get_adapter(spec.engine)
+    host = spec.host or LOCALHOST
+    if not adapter.launches:
+        return SpecCheck(
+            engine=adapter.name,
+            command=[],
+            env={},
+            host=host,
+            port=spec.port or 0,
+            port_from_spec=spec.port is not None,
+            notes=[f"{adapter.name}: attached by URL ({spec.url or 'no url given'}), not launched"],
+        )
+    preview = getattr(adapter, "preview", None)
+    resolved = preview(spec) if preview is not None else adapter.prepare(spec)
+    port = resolved.port or free_port()
+    command = adapter.command(resolved, host=host, port=port)
+    check = SpecCheck(
+        engine=adapter.name,
+        command=command,
+        env=dict(resolved.env),
+        host=host,
+        port=port,
+        port_from_spec=resolved.port is not None,
+    )
+    cli: CliFlags | None = getattr(adapter, "cli", None)
+    program = getattr(adapter, "program", None)
+    if cli is None or program is None:
+        check.notes.append(f"{adapter.name} declares no flag list: flags not validated")
+        return check
+    head = program(resolved)
+    accepted = None
+    if use_installed:
+        accepted, why = installed_flags([*head, *cli.help_args], env=resolved.env)
+        if why is not None:
+            check.notes.append(f"installed {adapter.name} not used: {why}")
+    if accepted is None and cli.recorded is not None:
+        accepted = recorded_flags(cli.recorded)
+    if accepted is None:
+        check.notes.append(f"no recorded flag list for {adapter.name}: flags not validated")
+        return check
+    check.flags_source = accepted.source
+    check.unknown_flags = unknown_flags(command[len(head) :], accepted, cli)
+    return check
