@@ -15,7 +15,7 @@
 #             torch, eager and as a CUDA graph, against its memory-bound floor
 #   embedded  the h200-ref embedded engine (a 2.6B-parameter Qwen3-MoE-style model with
 #             random weights, generated on the spot) served by transformers serve on GPU 0,
-#             swept by `servelab run`
+#             swept by `servelab run` with GPU telemetry
 # Logs and results, tarred, go to $OUT (only a few files come back from a run).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -79,10 +79,13 @@ if [[ " $PARTS " == *" decode "* ]]; then
 fi
 
 if [[ " $PARTS " == *" embedded "* ]]; then
-    # SIGINT at the limit: servelab keeps what it measured and still writes report.md.
-    timed embedded timeout -s INT "${RUN_LIMIT_S:-480}" python3 -m servelab run \
-        --preset h200-ref --concurrency "${CONCURRENCY:-1,4,16,64,256}" --input-len 512 \
-        --output-len 128 --out "$LOGS/run-h200-ref"
+    # The reference deployment: h200-ref with transformers serve's defaults, swept with
+    # telemetry on GPU 0. SIGINT at the limit: servelab keeps what it measured and still
+    # writes report.md.
+    timed embedded timeout -s INT "${RUN_LIMIT_S:-420}" python3 -m servelab run \
+        --preset h200-ref --concurrency "${CONCURRENCY:-1,8,32,128,512}" \
+        --duration "${LEVEL_DURATION:-40s}" --input-len 512 --output-len 64 --gpus 0 \
+        --out "$LOGS/run-h200-ref"
 fi
 
 nvidia-smi --query-gpu=memory.used --format=csv >> "$LOGS/env.txt" 2>&1
