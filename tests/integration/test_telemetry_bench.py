@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.workload import WorkloadSpec
@@ -47,3 +50,38 @@ def test_gpus_without_nvml_is_one_line(tmp_path: Path):
     assert result.returncode == 2
     assert "--gpus needs NVML" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_bench_launches_an_engine_from_a_spec_and_stops_it(tmp_path: Path):
+    spec = tmp_path / "sim.yaml"
+    spec.write_text(
+        "engine: sim\n"
+        "served_name: simmy\n"
+        "knobs: {max_running_requests: 2}\n"
+        'extra_args: ["--step-base-ms", "20"]\n'
+    )
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [
+            *SERVELAB,
+            *("bench", "--engine", str(spec), "--concurrency", "4", "--num-requests", "8"),
+            *("--output-len", "100", "--warmup", "0", "--out", str(out)),
+            *("--runs-dir", str(tmp_path / "runs")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["target"]["model"] == "simmy"
+    (level,) = summary["levels"]
+    assert level["completed"] == 8
+    assert level["telemetry"]["engine"]["running_max"] == 2
+    events = json.loads((out / "engine_events.json").read_text())
+    assert [e["kind"] for e in events["events"]] == ["engine_ready"]
+    first = (out / "engine.log").read_text().splitlines()[0]
+    assert first.split(" ", 2)[0].endswith("Z")  # UTC stamp, then the bench clock
+    pid = summary["engine"]["pid"]
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)

@@ -34,6 +34,8 @@ from servelab.cli.options import (
 from servelab.cli.progress import SweepView
 from servelab.core.errors import ConfigError
 from servelab.core.units import parse_duration_s, parse_number_list, parse_slos
+from servelab.engines.spec import load_spec
+from servelab.pipeline.engine_bench import bench_engine
 from servelab.report.tables import render_sweep
 from servelab.store.rundir import DEFAULT_RUNS_DIR
 from servelab.telemetry import resolve_gpus
@@ -43,9 +45,17 @@ __all__ = ["bench", "print_failures"]
 
 def bench(
     url: Annotated[
-        str,
+        str | None,
         typer.Option(help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000."),
-    ],
+    ] = None,
+    engine: Annotated[
+        Path | None,
+        typer.Option(
+            "--engine",
+            help="Instead of --url: an engine spec (YAML; see `servelab engine check`) to"
+            " launch, sweep and stop. Its log is read against known signatures.",
+        ),
+    ] = None,
     api: Annotated[Api, typer.Option(help="Which API to drive.")] = Api.CHAT,
     model: Annotated[
         str | None, typer.Option(help="Served model name. Default: the first of /v1/models.")
@@ -154,8 +164,11 @@ def bench(
     out_console = Console()
     err = Console(stderr=True)
     with handle_errors(err):
+        if (url is None) == (engine is None):
+            raise ConfigError("give --url (an endpoint) or --engine (a spec to launch), one")
+        spec = load_spec(engine) if engine is not None else None
         config = _config(
-            url=url,
+            url=url or "http://127.0.0.1",
             api=api,
             model=model,
             api_key=api_key,
@@ -190,7 +203,10 @@ def bench(
             metrics_url=config.url if metrics else None,
         )
         with SweepView(err) as view:
-            outcome = run_bench(config, on_event=view)
+            if spec is None:
+                outcome = run_bench(config, on_event=view)
+            else:
+                outcome = bench_engine(spec, config, metrics=metrics, on_event=view)
         summary = outcome.summary
         if json_output:
             out_console.print_json(summary.model_dump_json(by_alias=True))

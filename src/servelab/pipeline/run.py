@@ -21,6 +21,7 @@ from servelab.diagnose import Knee, find_knee
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import RunningEngine
 from servelab.engines.watched import WatchedEngine, launch_watched
+from servelab.pipeline.engine_bench import engine_fields, engine_info, save_engine_events
 from servelab.probe.collect import run_probe
 from servelab.probe.report import ProbeReport
 from servelab.report import render_run_report
@@ -40,7 +41,6 @@ DEFAULT_RUN_INPUT_LEN = 128
 DEFAULT_RUN_OUTPUT_LEN = 64
 REPORT_FILENAME = "report.md"
 PROBE_FILENAME = "probe.json"
-ENGINE_EVENTS_FILENAME = "engine_events.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,9 +99,8 @@ def run_pipeline(
         engine = watched.engine if watched else None
         bench = _bench_config(config, name, engine)
         try:
-            outcome = run_bench(
-                bench, on_event=on_event, run_dir=run_dir, engine_info=_engine_info(engine)
-            )
+            info = engine_info(engine) if engine else None
+            outcome = run_bench(bench, on_event=on_event, run_dir=run_dir, engine_info=info)
         except Interrupted:
             _stop(watched, on_event)
             _write_report(run_dir, _load_summary(run_dir), watched, probe)
@@ -149,29 +148,7 @@ def _bench_config(config: RunConfig, name: str, engine: RunningEngine | None) ->
             metrics_url=config.url if config.metrics else None,
             **common,
         )
-    return BenchConfig(
-        url=engine.url,
-        model=engine.spec.served_name,
-        tokenizer=engine.spec.model,
-        pinning_fields=engine.adapter.pinning_fields,
-        has_tokenize=engine.adapter.has_tokenize,
-        engine=engine.adapter.name,
-        metrics_url=engine.url if config.metrics else None,
-        **common,
-    )
-
-
-def _engine_info(engine: RunningEngine | None) -> dict[str, Any] | None:
-    if engine is None:
-        return None
-    return {
-        "engine": engine.adapter.name,
-        "model": engine.spec.model,
-        "url": engine.url,
-        "pid": engine.pid,
-        "command": engine.command,
-        "log": engine.log_path.name,
-    }
+    return BenchConfig(**engine_fields(engine, metrics=config.metrics), **common)
 
 
 def _load_summary(run_dir: RunDir) -> BenchSummary | None:
@@ -188,9 +165,9 @@ def _write_report(
     probe: ProbeReport,
 ) -> tuple[Knee, Path]:
     knee = find_knee(summary.levels if summary else [])
+    if watched is not None:
+        save_engine_events(run_dir, watched)
     scan = watched.scan() if watched else None
-    if scan is not None:
-        run_dir.write_text(ENGINE_EVENTS_FILENAME, scan.model_dump_json(indent=2) + "\n")
     if summary is None:
         return knee, run_dir.path / REPORT_FILENAME
     engine = watched.engine if watched else None

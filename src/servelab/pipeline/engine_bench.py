@@ -1,0 +1,93 @@
+"""Benchmarking an engine servelab launches: launch from a spec, sweep, stop.
+
+`servelab bench --engine SPEC` and `servelab run` share it: the engine's log goes into the
+run directory and is read live against the known signatures (engine_events.json), its
+/metrics is scraped beside the load, and it is stopped whatever happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from servelab.bench.events import BenchEvent, Notice
+from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
+from servelab.engines.base import EngineSpec
+from servelab.engines.launcher import RunningEngine
+from servelab.engines.watched import WatchedEngine, launch_watched
+from servelab.store import RunDir
+
+__all__ = [
+    "ENGINE_EVENTS_FILENAME",
+    "bench_engine",
+    "engine_fields",
+    "engine_info",
+    "save_engine_events",
+]
+
+ENGINE_EVENTS_FILENAME = "engine_events.json"
+
+
+def bench_engine(
+    spec: EngineSpec,
+    config: BenchConfig,
+    *,
+    metrics: bool = True,
+    on_event: Callable[[BenchEvent], None] = lambda _e: None,
+) -> BenchOutcome:
+    """Launch `spec`, run `config`'s sweep against it, stop it; `config.url` is replaced."""
+    name = config.name or spec.served_name or spec.engine
+    run_dir = RunDir.create(name=name, out=config.out, root=config.runs_root)
+    watched: WatchedEngine | None = None
+    try:
+        watched = launch_watched(
+            spec,
+            log_path=run_dir.path / "engine.log",
+            on_status=lambda message: on_event(Notice(message)),
+        )
+        bench = replace(config, name=name, **engine_fields(watched.engine, metrics=metrics))
+        return run_bench(
+            bench, on_event=on_event, run_dir=run_dir, engine_info=engine_info(watched.engine)
+        )
+    finally:
+        if watched is not None:
+            on_event(Notice("stopping the engine"))
+            watched.engine.stop()
+            save_engine_events(run_dir, watched)
+        run_dir.close()
+
+
+def engine_fields(engine: RunningEngine, *, metrics: bool) -> dict[str, Any]:
+    """BenchConfig fields for an engine servelab launched: what its adapter knows about it."""
+    model = engine.spec.model
+    return {
+        "url": engine.url,
+        "model": engine.spec.served_name,
+        "tokenizer": model if model and Path(model).is_dir() else None,
+        "pinning_fields": engine.adapter.pinning_fields,
+        "has_tokenize": engine.adapter.has_tokenize,
+        "engine": engine.adapter.name,
+        "metrics_url": engine.url if metrics else None,
+    }
+
+
+def engine_info(engine: RunningEngine) -> dict[str, Any]:
+    """What summary.json records about the engine."""
+    return {
+        "engine": engine.adapter.name,
+        "model": engine.spec.model,
+        "url": engine.url,
+        "pid": engine.pid,
+        "command": engine.command,
+        "log": engine.log_path.name,
+        "gpu_memory_released": engine.gpu_memory_released,
+    }
+
+
+def save_engine_events(run_dir: RunDir, watched: WatchedEngine) -> None:
+    """engine_events.json: the signatures its log matched so far."""
+    scan = watched.scan()
+    if scan is not None:
+        run_dir.write_text(ENGINE_EVENTS_FILENAME, scan.model_dump_json(indent=2) + "\n")
