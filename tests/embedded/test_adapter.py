@@ -75,6 +75,8 @@ def test_command_runs_transformers_serve_with_this_python() -> None:
         "8123",
         "--device",
         "cpu",
+        "--cb-max-memory-percent",
+        "0.05",
         "--log-level",
         "info",
     ]
@@ -99,3 +101,14 @@ def test_transformers_serve_accepts_the_flags_we_pass() -> None:
     assert result.returncode == 0, result.stderr
     for flag in ("--continuous-batching", "--host", "--port", "--device"):
         assert flag in result.stdout
+
+
+def test_the_cpu_kv_cache_is_bounded_unless_mem_fraction_says_otherwise():
+    from servelab.engines.base import EngineSpec, Knobs
+    from servelab.engines.embedded.adapter import CPU_KV_CACHE_FRACTION, _cpu_cache
+
+    cpu = EngineSpec(engine="embedded", model="/m", device="cpu")
+    assert _cpu_cache(cpu) == ["--cb-max-memory-percent", str(CPU_KV_CACHE_FRACTION)]
+    chosen = cpu.model_copy(update={"knobs": Knobs(mem_fraction=0.5)})
+    assert _cpu_cache(chosen) == []
+    assert _cpu_cache(cpu.model_copy(update={"device": "cuda"})) == []

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servelab.core.errors import EngineLaunchError
+from servelab.core.processes import group_alive, signal_group
 from servelab.engines.base import EngineAdapter, EngineSpec
 from servelab.engines.enginelog import LogPump, log_tail
 from servelab.engines.gpu import DEFAULT_GPU_RELEASE_TIMEOUT_S, GpuWatch
@@ -264,30 +265,15 @@ def _die_with_parent() -> None:
 
 def _stop_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
     pgid = process.pid
-    _signal_group(pgid, signal.SIGTERM)
+    signal_group(pgid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=grace_s)
     deadline = time.monotonic() + grace_s
-    while _group_alive(pgid) and time.monotonic() < deadline:
+    while group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if _group_alive(pgid) or process.poll() is None:
-        _signal_group(pgid, signal.SIGKILL)
+    if group_alive(pgid) or process.poll() is None:
+        signal_group(pgid, signal.SIGKILL)
         process.wait()
         deadline = time.monotonic() + 5.0
-        while _group_alive(pgid) and time.monotonic() < deadline:
+        while group_alive(pgid) and time.monotonic() < deadline:
             time.sleep(0.05)
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -20,6 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from servelab.core.errors import ConfigError
+from servelab.core.processes import group_alive, signal_group
 
 __all__ = [
     "STATE_ENV",
@@ -128,21 +129,6 @@ def remove_record(name: str) -> None:
     with _locked() as records:
         if records.pop(name, None) is not None:
             _write(records)
-
-
-def signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextlib.contextmanager

@@ -79,6 +79,7 @@ class EmbeddedAdapter:
             str(port),
             "--device",
             spec.device,
+            *_cpu_cache(spec),
             *transformers_tuning(self.name, spec),
             *spec.extra_args,
         ]
@@ -93,6 +94,21 @@ def _pointed_at(spec: EngineSpec, folder: Path, device: str) -> EngineSpec:
             "env": {**SERVER_ENV, **_cpu_threads(device), **spec.env},
         }
     )
+
+
+CPU_KV_CACHE_FRACTION = 0.05
+"""Share of free memory the KV cache may take on the CPU (the `mem_fraction` knob wins).
+
+transformers' continuous batching sizes its paged cache from free memory, 60-90% of it by
+default: two CPU engines side by side (a test's engine and `servelab run`'s) then ask for
+more than the machine has and one is killed. 5% of a few GiB holds thousands of tokens
+of the tiny preset's cache."""
+
+
+def _cpu_cache(spec: EngineSpec) -> list[str]:
+    if spec.device != "cpu" or spec.knobs.mem_fraction is not None:
+        return []
+    return ["--cb-max-memory-percent", str(CPU_KV_CACHE_FRACTION)]
 
 
 def _cpu_threads(device: str) -> dict[str, str]:

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from servelab.core.processes import signal_group
 from servelab.probe.comm._timing import gb_s
 from servelab.probe.comm.nccl_log import parse_nccl_log
 from servelab.probe.comm.results import AllReducePoint, AllReduceResult
@@ -208,20 +209,15 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
     """SIGTERM each rank's process group, SIGKILL what is left after a grace, reap all."""
     running = [process for process in processes if process.poll() is None]
     for process in running:
-        _signal_group(process.pid, signal.SIGTERM)
+        signal_group(process.pid, signal.SIGTERM)
     deadline = time.monotonic() + _STOP_GRACE_S
     for process in running:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
     for process in running:
-        _signal_group(process.pid, signal.SIGKILL)  # also any child the rank started
+        signal_group(process.pid, signal.SIGKILL)  # also any child the rank started
     for process in processes:
         process.wait()
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
 
 
 def _collect(run_dir: Path, world_size: int, result: AllReduceResult) -> None:
