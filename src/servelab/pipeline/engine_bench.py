@@ -69,8 +69,13 @@ def engine_fields(engine: RunningEngine, *, metrics: bool) -> dict[str, Any]:
         "pinning_fields": engine.adapter.pinning_fields,
         "has_tokenize": engine.adapter.has_tokenize,
         "engine": engine.adapter.name,
-        "metrics_url": engine.url if metrics else None,
+        # An engine known to have no /metrics (transformers serve) is not scraped.
+        "metrics_url": engine.url if metrics and _has_metrics(engine) else None,
     }
+
+
+def _has_metrics(engine: RunningEngine) -> bool:
+    return getattr(engine.adapter, "metrics_path", "/metrics") is not None
 
 
 def engine_info(engine: RunningEngine) -> dict[str, Any]:
