@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 import pytest
 
 from servelab.core.errors import EngineLaunchError
+from servelab.core.processes import group_alive
 from servelab.engines.base import EngineSpec
 from servelab.engines.enginelog import parse_log_line
 from servelab.engines.launcher import launch_engine
@@ -25,14 +25,6 @@ def spec(**options: Any) -> EngineSpec:
     timeout = options.pop("timeout", 30.0)
     env = options.pop("spec_env", {})
     return EngineSpec(engine="stub-engine", options=options, env=env, startup_timeout_s=timeout)
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def processes_with(marker: str) -> list[int]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import textwrap
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from servelab.core.errors import ConfigError, EngineLaunchError
+from servelab.core.processes import group_alive
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import launch_engine
 from servelab.engines.registry import get_adapter, register
@@ -56,14 +56,6 @@ class StubAdapter:
 
 
 register(StubAdapter())
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.mark.parametrize("deaf", [False, True])
