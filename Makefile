@@ -15,8 +15,8 @@ test: venv-dev
 	$(BIN)/python -m pytest
 
 lint: venv-dev
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/ruff format --check src tests benchmarks tools
 
 venv-local: $(VENV)/.local-installed
 venv-dev: $(VENV)/.dev-installed

@@ -16,7 +16,7 @@
 #   embedded  the h200-ref embedded engine (a 2.6B-parameter Qwen3-MoE-style model with
 #             random weights, generated on the spot) served by transformers serve on GPU 0,
 #             swept by `servelab run` with GPU telemetry
-# Logs and results, tarred, go to $OUT (only a few files come back from a run).
+# Logs and results, tarred, go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/servelab-gpu}

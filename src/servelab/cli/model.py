@@ -130,6 +130,8 @@ def model(
     err = Console(stderr=True)
     with handle_errors(err):
         check_range("--batch", batch, low=1)
+        for flag, size in (("--tp", tp), ("--pp", pp), ("--ep", ep), ("--dp", dp)):
+            check_range(flag, size, low=1)
         check_range("--context", context, low=0)
         check_range("--input-len", input_len, low=0)
         check_range("--output-len", output_len, low=1)
@@ -196,9 +198,9 @@ def _report(
         mem_fraction=mem_fraction,
         calibration=calibration,
         tp=layout.get("tp"),
-        pp=layout.get("pp") or 1,
-        ep=layout.get("ep") or 1,
-        dp=layout.get("dp") or 1,
+        pp=layout.get("pp", 1),
+        ep=layout.get("ep", 1),
+        dp=layout.get("dp", 1),
     )
     return analyze(
         dep, batch=batch, context_tokens=context, input_len=input_len, output_len=output_len

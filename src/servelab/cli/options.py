@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlparse
@@ -78,8 +79,10 @@ def check_range(
     """A ConfigError unless low <= value (< low excluded when not inclusive) and value <= high."""
     if value is None:
         return
-    too_low = value < low if low_inclusive else value <= low
-    if too_low or (high is not None and value > high):
+    # Written so that NaN fails every comparison and is refused; infinity is refused too.
+    in_low = value >= low if low_inclusive else value > low
+    in_high = value <= high if high is not None else math.isfinite(value)
+    if not (in_low and in_high):
         bound = f"{'at least' if low_inclusive else 'above'} {low:g}"
         if high is not None:
             bound += f" and at most {high:g}"

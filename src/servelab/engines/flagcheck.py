@@ -2,7 +2,7 @@
 
 The accepted flags come from the engine itself when it is installed (its `--help`,
 parsed), otherwise from a list recorded in the repository for a named version
-(`servelab/engines/flags/<engine>-<version>.txt`, made by `servelab.engines.flags.extract`
+(`servelab/engines/flags/<engine>-<version>.txt`, made by `tools/extract_engine_flags.py`
 from that version's argparse definitions). An unknown flag gets the closest valid name.
 """
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servelab.core.errors import EngineLaunchError
+from servelab.core.errors import ConfigError, EngineLaunchError
 from servelab.core.processes import group_alive, signal_group
 from servelab.engines.base import EngineAdapter, EngineSpec
 from servelab.engines.enginelog import LogPump, log_tail
@@ -102,10 +102,16 @@ class RunningEngine:
 
 
 def free_port(host: str = LOCALHOST) -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((url_host(host), 0))
-        return int(sock.getsockname()[1])
+    """A TCP port nothing listens on right now, on `host` (IPv4 or IPv6)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            url_host(host), 0, type=socket.SOCK_STREAM
+        )[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.bind(address)
+            return int(sock.getsockname()[1])
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}: {exc.strerror or exc}") from None
 
 
 def url_host(host: str) -> str:
@@ -135,6 +141,7 @@ def launch_engine(
     if port is None:
         port = free_port(host)
     elif not _port_free(host, port):
+        free_port(host)  # a host that cannot be listened on at all says so first
         raise EngineLaunchError(f"cannot start {adapter.name}: port {port} on {host} is in use")
     command = adapter.command(spec, host=host, port=port)
     log_path.parent.mkdir(parents=True, exist_ok=True)

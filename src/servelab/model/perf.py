@@ -108,7 +108,7 @@ def deploy(
     fmt = weights or (preset.weights if preset else None) or config.checkpoint_format or "bf16"
     if not 0 < mem_fraction <= 1:
         raise ConfigError(f"memory fraction must be in (0, 1], got {mem_fraction:g}")
-    if step_overhead_us < 0:
+    if not 0 <= step_overhead_us < float("inf"):
         raise ConfigError(f"step overhead must be at least 0 us, got {step_overhead_us:g}")
     if isinstance(calibration, str | Path):
         calibration = calibration_from_probe(calibration)

@@ -1,8 +1,8 @@
 """Make a recorded flag list from an engine's own argument parser (a maintainer's tool).
 
-    python -m servelab.engines.flags.extract sglang /tmp/sglang-wheel   # an unpacked wheel
-    python -m servelab.engines.flags.extract vllm /tmp/vllm-wheel
-    python -m servelab.engines.flags.extract transformers              # the installed one
+    python tools/extract_engine_flags.py sglang /tmp/sglang-wheel   # an unpacked wheel
+    python tools/extract_engine_flags.py vllm /tmp/vllm-wheel
+    python tools/extract_engine_flags.py transformers              # the installed one
 
 SGLang and vLLM build their parsers from dataclass fields, so the flags are not in the
 source as literal `add_argument("--...")` calls: the only faithful list is the parser
@@ -52,12 +52,19 @@ _SOURCES = {
 }
 
 
+FLAGS_DIR = Path(__file__).resolve().parents[1] / "src" / "servelab" / "engines" / "flags"
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        _child(argv[1])
+        return
     """Write `<engine>-<version>.txt` into --out (default: this folder)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("engine", choices=sorted(_SOURCES))
     parser.add_argument("source", nargs="?", type=Path, help="the unpacked wheel (sglang, vllm)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent)
+    parser.add_argument("--out", type=Path, default=FLAGS_DIR)
     args = parser.parse_args(argv)
     if args.engine == "transformers":
         version, flags = _transformers()
@@ -71,9 +78,10 @@ def main(argv: list[str] | None = None) -> None:
     header = [
         f"# {args.engine} {version}: the option strings `{program}` accepts.",
         f"# Source: {source}, in {origin}.",
-        f"# Made with: python -m servelab.engines.flags.extract {args.engine}"
+        f"# Made with: python tools/extract_engine_flags.py {args.engine}"
         + (" <unpacked wheel>" if args.engine != "transformers" else ""),
     ]
+    args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.engine}-{version}.txt"
     path.write_text("\n".join([*header, *sorted(flags)]) + "\n")
     sys.stderr.write(f"wrote {len(flags)} flags to {path}\n")
@@ -99,11 +107,14 @@ def _from_parser(engine: str, source: Path) -> tuple[str, list[str]]:
     stubs: list[str] = []
     path = os.pathsep.join(filter(None, [str(source), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path, "VLLM_TARGET_DEVICE": "cpu"}
-    code = f"from servelab.engines.flags.extract import _child; _child({engine!r})"
     for _ in range(_MAX_STUBS):
         env[_STUB_ENV] = ",".join(stubs)
         result = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+            [sys.executable, __file__, "--child", engine],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
         )
         answer: dict[str, Any] = json.loads(result.stdout or "{}")
         if "flags" in answer:
