@@ -99,7 +99,7 @@ def test_host_verdicts():
     assert host_verdicts(_host(nodes=2, affinity=list(range(8))), _virt()) == []
 
 
-def _points(small_us: float) -> list[BandwidthPoint]:
+def _points(small_us: float, large_us: float) -> list[BandwidthPoint]:
     return [
         BandwidthPoint(
             size_bytes=size,
@@ -108,7 +108,7 @@ def _points(small_us: float) -> list[BandwidthPoint]:
             max_time_us=t,
             bandwidth_gb_s=size / t / 1e3,
         )
-        for size, t in ((12 * 1024, small_us), (16 << 20, 400.0))
+        for size, t in ((12 * 1024, small_us), (16 << 20, large_us))
     ]
 
 
@@ -133,8 +133,8 @@ def test_comm_verdicts_fire_on_the_story_and_not_on_a_good_machine():
                 gpu_b=1,
                 p2p_access_reported=False,
                 copy_verified=True,
-                a_to_b=_points(13.7),
-                b_to_a=_points(13.1),
+                a_to_b=_points(13.7, 900.0),  # 18.6 GB/s, staged through the host
+                b_to_a=_points(13.1, 880.0),
             )
         ],
         allreduce=AllReduceResult(
@@ -147,15 +147,17 @@ def test_comm_verdicts_fire_on_the_story_and_not_on_a_good_machine():
             nccl=NcclSetup(transports=["SHM/direct/direct"], lines=["... via SHM/direct/direct"]),
         ),
     )
-    by_code = {v.code: v for v in comm_verdicts(story)}
+    pcie_gen5_x16 = {(0, 1): 63.0e9}
+    by_code = {v.code: v for v in comm_verdicts(story, pcie_gen5_x16)}
     assert set(by_code) == {
         "memory-bandwidth-low",
         "p2p-access-denied",
-        "p2p-small-copy-slow",
+        "p2p-copy-slow",
         "nccl-not-p2p",
     }
     assert by_code["p2p-access-denied"].severity is Severity.CRITICAL
-    assert "13.7 µs" in by_code["p2p-small-copy-slow"].evidence[0]
+    assert "30% of 63 GB/s" in by_code["p2p-copy-slow"].evidence[0]
+    assert "13.7 µs" in by_code["p2p-copy-slow"].evidence[0]
 
     good = CommResults(
         p2p=[
@@ -164,8 +166,8 @@ def test_comm_verdicts_fire_on_the_story_and_not_on_a_good_machine():
                 gpu_b=1,
                 p2p_access_reported=True,
                 copy_verified=True,
-                a_to_b=_points(3.0),
-                b_to_a=_points(3.0),
+                a_to_b=_points(12.9, 57.7),  # two H200 over NV18, as measured
+                b_to_a=_points(13.2, 58.9),
             )
         ],
         allreduce=AllReduceResult(
@@ -178,11 +180,13 @@ def test_comm_verdicts_fire_on_the_story_and_not_on_a_good_machine():
             nccl=NcclSetup(transports=["P2P/CUMEM"]),
         ),
     )
-    assert comm_verdicts(good) == []
+    nv18 = {(0, 1): 450e9}
+    assert comm_verdicts(good, nv18) == []
+    assert comm_verdicts(good) == []  # no link known: the copies are not judged
     corrupt = good.model_copy(
         update={"p2p": [good.p2p[0].model_copy(update={"copy_verified": False})]}
     )
-    assert [v.code for v in comm_verdicts(corrupt)] == ["p2p-copy-corrupt"]
+    assert [v.code for v in comm_verdicts(corrupt, nv18)] == ["p2p-copy-corrupt"]
 
 
 def test_the_story_machine_renders_its_matrix_and_verdicts(tmp_path: Path):
@@ -222,3 +226,21 @@ def test_a_real_h200_recording_collects_and_judges(tmp_path: Path):
     assert gpus.pairs == []
     codes = {v.code: v.severity for v in gpu_verdicts(gpus, process_cpus=list(range(16)))}
     assert codes == {"numa-unknown": Severity.WARNING}
+
+
+def test_two_h200_over_nvlink_get_no_false_alarm():
+    """Measured on two H200 joined by NV18: the copy rules must judge by the link."""
+    from servelab.probe.collect import _link_bandwidths
+
+    document = Path(__file__).parents[2] / "benchmarks/gpu/results/h200x2-probe/probe-comm.json"
+    report = ProbeReport.model_validate_json(document.read_text())
+    assert report.gpus is not None and report.comm is not None
+    links = _link_bandwidths(report.gpus)
+    assert links == {(0, 1): 450e9}
+    codes = {v.code for v in comm_verdicts(report.comm, links)}
+    codes |= {v.code for v in gpu_verdicts(report.gpus, in_vm=True)}
+    assert "p2p-ok" in codes
+    assert not codes & {"p2p-copy-slow", "vm-flat-topology", "nccl-not-p2p"}
+    assert report.comm.allreduce is not None
+    assert report.comm.allreduce.nccl is not None
+    assert report.comm.allreduce.nccl.transports == ["P2P/CUMEM"]

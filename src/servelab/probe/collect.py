@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from servelab import __version__
+from servelab.model.gpus import gpu_for_nvml_name, pcie_bandwidth_bytes_s
 from servelab.probe.comm_verdicts import comm_verdicts
 from servelab.probe.gpu_verdicts import gpu_verdicts
 from servelab.probe.gpus import GpuInventory, collect_gpus
@@ -55,7 +56,7 @@ def run_probe(
             uuids = cuda_uuid_map()
             for gpu in inventory.gpus:
                 gpu.cuda_index = uuids.get(gpu.uuid or "")
-        verdicts += comm_verdicts(comm_results)
+        verdicts += comm_verdicts(comm_results, _link_bandwidths(inventory))
     return ProbeReport(
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
         servelab_version=__version__,
@@ -80,3 +81,28 @@ def _read_gpus() -> tuple[GpuInventory | None, NvmlStatus]:
     if not inventory.gpus:
         return inventory, NvmlStatus(available=True, reason="NVML reports 0 devices")
     return inventory, NvmlStatus(available=True)
+
+
+def _link_bandwidths(inventory: GpuInventory | None) -> dict[tuple[int, int], float]:
+    """Each GPU pair's link per direction, keyed by CUDA indexes: NVLink from the catalogue
+    (half its both-directions figure), else the narrower PCIe link's maximum."""
+    if inventory is None:
+        return {}
+    by_nvml = {gpu.nvml_index: gpu for gpu in inventory.gpus}
+    links: dict[tuple[int, int], float] = {}
+    for pair in inventory.pairs:
+        a, b = by_nvml[pair.a], by_nvml[pair.b]
+        if a.cuda_index is None or b.cuda_index is None:
+            continue
+        spec = gpu_for_nvml_name(a.name or "")
+        if pair.nvlink_count and spec is not None and spec.nvlink_bandwidth_bytes_s:
+            rate = spec.nvlink_bandwidth_bytes_s / 2
+        elif a.pcie_gen_max and a.pcie_width_max and b.pcie_gen_max and b.pcie_width_max:
+            rate = pcie_bandwidth_bytes_s(
+                min(a.pcie_gen_max, b.pcie_gen_max), min(a.pcie_width_max, b.pcie_width_max)
+            )
+        else:
+            continue
+        key = tuple(sorted((a.cuda_index, b.cuda_index)))
+        links[(key[0], key[1])] = rate
+    return links

@@ -238,7 +238,12 @@ def _topology(pairs: list[GpuPair]) -> list[Verdict]:
 
 
 def _flat_topology(inventory: GpuInventory, vm: bool) -> list[Verdict]:
-    labels = [pair.pcie_topology for pair in inventory.pairs if pair.pcie_topology is not None]
+    # NVLink pairs do not go through the PCIe tree: its shape does not matter to them.
+    labels = [
+        pair.pcie_topology
+        for pair in inventory.pairs
+        if pair.pcie_topology is not None and pair.nvlink_count == 0
+    ]
     if not vm or not labels:
         return []
     all_phb = all(label == "PHB" for label in labels)
