@@ -39,8 +39,9 @@ def test_truth_log_matches_the_client(sim_session, read_sse, chat, tmp_path):
         assert len(record.chunk_sent_ns) == len(arrivals) == 6
         assert t_send <= record.t_recv_ns < record.chunk_sent_ns[0]
         for sent, arrived in zip(record.chunk_sent_ns, arrivals, strict=True):
-            assert sent <= arrived < sent + 10_000_000  # received after it was sent, soon
-        assert all(0 <= lag < 5_000_000 for lag in record.chunk_lag_ns)
+            assert sent <= arrived < sent + 25_000_000  # received after it was sent, soon
+        # sent when due: a busy 2-core machine may be a scheduler tick late, never more
+        assert all(0 <= lag < 20_000_000 for lag in record.chunk_lag_ns)
         assert record.chunk_sent_ns[0] - record.t_recv_ns - record.chunk_lag_ns[0] == 15_000_000
         assert record.t_done_ns >= record.chunk_sent_ns[-1]
 
