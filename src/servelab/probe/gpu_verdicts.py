@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from servelab.probe.gpus import GpuFacts, GpuInventory, GpuPair
+from servelab.probe.sysfs import format_cpulist
 from servelab.probe.verdict import Severity, Verdict
 
 __all__ = ["gpu_verdicts"]
@@ -313,9 +314,9 @@ def _cpu_affinity(gpus: list[GpuFacts], process_cpus: list[int] | None) -> list[
     remote = [gpu for gpu in gpus if gpu.local_cpus and not allowed <= set(gpu.local_cpus)]
     if not remote:
         return []
-    evidence = [f"this process may run on CPUs {_cpulist(process_cpus)}"]
+    evidence = [f"this process may run on CPUs {format_cpulist(process_cpus)}"]
     evidence += [
-        f"{_gpu(gpu)}: local CPUs {_cpulist(gpu.local_cpus or [])}, NUMA node {gpu.numa_node}"
+        f"{_gpu(gpu)}: local CPUs {format_cpulist(gpu.local_cpus or [])}, NUMA node {gpu.numa_node}"
         for gpu in remote
     ]
     return [
@@ -565,14 +566,3 @@ def _pair_list(pairs: list[GpuPair]) -> str:
     else:
         listed = ", ".join(pair.name for pair in pairs)
     return f"{listed} ({len(pairs)} pairs)"
-
-
-def _cpulist(cpus: list[int]) -> str:
-    """CPU numbers in the kernel's cpulist form: [0, 1, 2, 3, 8] is '0-3,8'."""
-    ranges: list[list[int]] = []
-    for cpu in sorted(set(cpus)):
-        if ranges and cpu == ranges[-1][1] + 1:
-            ranges[-1][1] = cpu
-        else:
-            ranges.append([cpu, cpu])
-    return ",".join(str(first) if first == last else f"{first}-{last}" for first, last in ranges)

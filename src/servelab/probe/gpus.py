@@ -23,6 +23,7 @@ from servelab.probe.nvml import (
     topology_label,
     virtualization_label,
 )
+from servelab.probe.sysfs import parse_cpulist, read_text
 
 __all__ = [
     "GpuFacts",
@@ -186,8 +187,8 @@ def _collect_gpu(source: NvmlSource, index: int, sysfs_root: Path) -> GpuFacts:
         ecc_errors_corrected=source.ecc_corrected_volatile(index),
         mig_enabled=None if mig_mode is None else mig_mode == 1,
         virtualization_mode=virtualization_label(source.virtualization_mode(index)),
-        numa_node=_read_int(pci_dir / "numa_node") if pci_dir else None,
-        local_cpus=_read_cpulist(pci_dir / "local_cpulist") if pci_dir else None,
+        numa_node=_read_int(pci_dir, "numa_node") if pci_dir else None,
+        local_cpus=_read_cpulist(pci_dir, "local_cpulist") if pci_dir else None,
         iommu_group=_link_name(pci_dir / "iommu_group") if pci_dir else None,
         nvlinks=_collect_nvlinks(source, index),
     )
@@ -254,34 +255,23 @@ def _watts(milliwatts: int | None) -> float | None:
     return None if milliwatts is None else milliwatts / 1000
 
 
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-
-
-def _read_int(path: Path) -> int | None:
-    text = _read_text(path)
+def _read_int(folder: Path, name: str) -> int | None:
+    text = read_text(folder, name)
     try:
         return None if text is None else int(text)
     except ValueError:
         return None
 
 
-def _read_cpulist(path: Path) -> list[int] | None:
+def _read_cpulist(folder: Path, name: str) -> list[int] | None:
     """A kernel cpulist ('0-15,32-47') as CPU numbers; None if absent or unreadable."""
-    text = _read_text(path)
+    text = read_text(folder, name)
     if not text:
         return None
-    cpus: set[int] = set()
     try:
-        for part in text.split(","):
-            first, _, last = part.partition("-")
-            cpus.update(range(int(first), int(last or first) + 1))
+        return parse_cpulist(text)
     except ValueError:
         return None
-    return sorted(cpus)
 
 
 def _link_name(path: Path) -> str | None:
