@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servelab.core.errors import ConfigError, EngineLaunchError
+from servelab.core.errors import EngineLaunchError
+from servelab.core.net import LOCALHOST, free_port, url_host
 from servelab.core.processes import group_alive, signal_group
 from servelab.engines.base import EngineAdapter, EngineSpec
 from servelab.engines.enginelog import LogPump, log_tail
@@ -44,11 +45,9 @@ __all__ = [
     "url_host",
 ]
 
-LOCALHOST = "127.0.0.1"
 DEFAULT_STOP_GRACE_S = 10.0
 _POLL_S = 0.25
 _LOG_TAIL_LINES = 20
-_WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
 
 
 @dataclass
@@ -99,24 +98,6 @@ class RunningEngine:
             )
             self._gpus.close()
             self._gpus = None
-
-
-def free_port(host: str = LOCALHOST) -> int:
-    """A TCP port nothing listens on right now, on `host` (IPv4 or IPv6)."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            url_host(host), 0, type=socket.SOCK_STREAM
-        )[0]
-        with socket.socket(family, kind, proto) as sock:
-            sock.bind(address)
-            return int(sock.getsockname()[1])
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {host}: {exc.strerror or exc}") from None
-
-
-def url_host(host: str) -> str:
-    """Where to reach a server listening on `host` from this machine."""
-    return LOCALHOST if host in _WILDCARDS else host
 
 
 def launch_engine(

@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from servelab.core.net import free_port
 from servelab.core.processes import signal_group
 from servelab.probe.comm._timing import gb_s
 from servelab.probe.comm.nccl_log import parse_nccl_log
@@ -148,7 +148,7 @@ def _run_ranks(
     run_dir: Path, world_size: int, backend: str, timeout_s: float, result: AllReduceResult
 ) -> int:
     """Start one worker per rank and wait; set result.error; return the rank to blame."""
-    port = _free_port()
+    port = free_port(_LOCALHOST)
     logs: list[IO[bytes]] = []
     processes: list[subprocess.Popen[bytes]] = []
     try:
@@ -271,9 +271,3 @@ def _tail(path: Path) -> list[str]:
     if not path.exists():
         return []
     return path.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((_LOCALHOST, 0))
-        return int(sock.getsockname()[1])
