@@ -16,6 +16,7 @@ from servelab.bench.events import BenchEvent, Notice
 from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import RunningEngine
+from servelab.engines.signatures import LogScan
 from servelab.engines.watched import WatchedEngine, launch_watched
 from servelab.store import RunDir
 
@@ -91,8 +92,9 @@ def engine_info(engine: RunningEngine) -> dict[str, Any]:
     }
 
 
-def save_engine_events(run_dir: RunDir, watched: WatchedEngine) -> None:
-    """engine_events.json: the signatures its log matched so far."""
+def save_engine_events(run_dir: RunDir, watched: WatchedEngine) -> LogScan | None:
+    """engine_events.json: the signatures its log matched so far; the scan, for the report."""
     scan = watched.scan()
     if scan is not None:
         run_dir.write_text(ENGINE_EVENTS_FILENAME, scan.model_dump_json(indent=2) + "\n")
+    return scan

@@ -165,9 +165,7 @@ def _write_report(
     probe: ProbeReport,
 ) -> tuple[Knee, Path]:
     knee = find_knee(summary.levels if summary else [])
-    if watched is not None:
-        save_engine_events(run_dir, watched)
-    scan = watched.scan() if watched else None
+    scan = save_engine_events(run_dir, watched) if watched else None
     if summary is None:
         return knee, run_dir.path / REPORT_FILENAME
     engine = watched.engine if watched else None

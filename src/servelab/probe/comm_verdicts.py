@@ -189,19 +189,24 @@ def _p2p(comm: CommResults, links: Mapping[tuple[int, int], float]) -> list[Verd
 def _link_share(pair: P2PResult, links: Mapping[tuple[int, int], float]) -> float | None:
     """The largest copy's bandwidth (slower direction) over the link's, when known."""
     link = links.get((pair.gpu_a, pair.gpu_b))
-    points = [*pair.a_to_b, *pair.b_to_a]
-    if not link or not points:
+    largest = _largest_copy(pair)
+    if not link or largest is None:
         return None
-    largest = max(point.size_bytes for point in points)
-    slowest = min(p.bandwidth_gb_s for p in points if p.size_bytes == largest)
-    return slowest * 1e9 / link
+    return largest[1] * 1e9 / link
 
 
 def _large(pair: P2PResult) -> str:
+    size, bandwidth = _largest_copy(pair) or (0, 0.0)
+    return f"{size >> 20} MB at {bandwidth:,.0f} GB/s"
+
+
+def _largest_copy(pair: P2PResult) -> tuple[int, float] | None:
+    """The largest size copied and its slower direction's bandwidth, in GB/s."""
     points = [*pair.a_to_b, *pair.b_to_a]
+    if not points:
+        return None
     largest = max(point.size_bytes for point in points)
-    slowest = min(p.bandwidth_gb_s for p in points if p.size_bytes == largest)
-    return f"{largest >> 20} MB at {slowest:,.0f} GB/s"
+    return largest, min(p.bandwidth_gb_s for p in points if p.size_bytes == largest)
 
 
 def _small_copy_us(pair: P2PResult) -> float | None:
