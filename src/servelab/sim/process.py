@@ -16,6 +16,7 @@ import contextlib
 import gc
 import logging
 import multiprocessing
+import os
 import signal
 import socket
 import threading
@@ -26,6 +27,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from servelab.core.errors import EngineLaunchError
+from servelab.core.processes import die_with_parent
 from servelab.sim.config import SimConfig
 from servelab.sim.server import start
 
@@ -122,7 +124,7 @@ def _supervise(config: SimConfig, on_ready: Callable[[str], None] | None) -> Non
                 record_path = _record_path(config, index)
                 process = context.Process(
                     target=_worker_main,
-                    args=(worker_config, index, record_path, writer),
+                    args=(worker_config, index, record_path, writer, os.getpid()),
                     name=f"servelab-sim-worker{index}",
                 )
                 process.start()
@@ -145,8 +147,9 @@ def _supervise(config: SimConfig, on_ready: Callable[[str], None] | None) -> Non
 
 
 def _worker_main(
-    config: SimConfig, worker: int, record_path: Path | None, ready: Connection
+    config: SimConfig, worker: int, record_path: Path | None, ready: Connection, parent_pid: int
 ) -> None:
+    die_with_parent(parent_pid)
     _serve_one(config, worker=worker, record_path=record_path, on_ready=ready.send)
 
 

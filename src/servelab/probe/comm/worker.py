@@ -9,10 +9,8 @@ collective never outlives the probe.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -20,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from servelab.core.processes import die_with_parent
 from servelab.probe.comm._timing import synchronize
 
 if TYPE_CHECKING:
@@ -28,7 +27,6 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 _DEADLINE_EXIT_CODE = 124
-_PR_SET_PDEATHSIG = 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     run_dir = Path(args[0])
     config: dict[str, Any] = json.loads((run_dir / "config.json").read_text())
-    _die_with_parent(int(config["parent_pid"]))
+    die_with_parent(int(config["parent_pid"]))
     _exit_after(float(config["deadline_s"]))
 
     import torch
@@ -112,16 +110,6 @@ def _sum_verified(device: torch.device, world_size: int) -> bool:
 def _emit(out: IO[str], **record: object) -> None:
     out.write(json.dumps(record) + "\n")
     out.flush()
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux for SIGKILL when the parent exits; exit now if it already has."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:
-        os._exit(_DEADLINE_EXIT_CODE)
 
 
 def _exit_after(seconds: float) -> None:
