@@ -2,7 +2,7 @@
 
 JSON Lines files are appended and flushed per batch, so a crash or Ctrl-C keeps every
 finished request; JSON documents are replaced atomically, so a reader never sees half
-of one.
+of one. Everything written is scrubbed of the secrets servelab was handed (core.redact).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import IO, Any
 import orjson
 
 from servelab.core.errors import ConfigError
+from servelab.core.redact import scrub_bytes
 
 __all__ = ["DEFAULT_RUNS_DIR", "RunDir", "default_run_name"]
 
@@ -61,7 +62,7 @@ class RunDir:
         handle = self._files.get(filename)
         if handle is None:
             handle = self._files[filename] = (self.path / filename).open("ab")
-        handle.write(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+        handle.write(scrub_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows)))
         handle.flush()
 
     def write_json(self, filename: str, document: Any) -> Path:
@@ -79,7 +80,7 @@ class RunDir:
     def write_bytes(self, filename: str, data: bytes) -> Path:
         target = self.path / filename
         tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_bytes(data)
+        tmp.write_bytes(scrub_bytes(data))
         os.replace(tmp, target)
         return target
 

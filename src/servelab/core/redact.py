@@ -1,0 +1,161 @@
+"""Secrets never reach a file: API keys, auth headers and secret-looking env values.
+
+Two nets, because either alone misses some: by name (an option, header or variable
+whose name says it holds a secret has its value masked wherever it is recorded), and
+by value (every secret servelab was handed is registered, and every file a run writes
+is scrubbed of it, so an engine that echoes its `--api-key` into its log, or a server
+that quotes the bad token in a 401, leaks nothing either).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping, Sequence
+
+__all__ = [
+    "MASK",
+    "is_secret_name",
+    "redact_argv",
+    "redact_env",
+    "redact_headers",
+    "redact_url",
+    "register_secret",
+    "registered_secrets",
+    "scrub",
+    "scrub_bytes",
+]
+
+MASK = "***"
+
+_SECRET_WORDS = frozenset(
+    {
+        "key",
+        "apikey",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "pwd",
+        "credential",
+        "credentials",
+        "auth",
+        "authorization",
+        "cookie",
+    }
+)
+_SECRET_PARTS = ("APIKEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+_WORDS = re.compile(r"[A-Za-z0-9]+")
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]+:)[^/@\s]+@")
+_MIN_SECRET_LEN = 4
+"""Shorter values are not scrubbed by value: masking every 'abc' would garble files."""
+
+_lock = threading.Lock()
+_secrets: set[str] = set()
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an option, header or variable name says it holds a secret.
+
+    By words, so `HF_TOKEN`, `--api-key` and `X-Api-Key` are secret while
+    `--max-num-batched-tokens` is not.
+    """
+    words = {word.lower() for word in _WORDS.findall(name)}
+    upper = name.upper()
+    return bool(words & _SECRET_WORDS) or any(part in upper for part in _SECRET_PARTS)
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a secret value so that `scrub` removes it from everything written."""
+    if value and len(value) >= _MIN_SECRET_LEN:
+        with _lock:
+            _secrets.add(value)
+
+
+def registered_secrets() -> frozenset[str]:
+    with _lock:
+        return frozenset(_secrets)
+
+
+def scrub(text: str) -> str:
+    """`text` with every registered secret and every URL password replaced by MASK."""
+    for secret in sorted(registered_secrets(), key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return _URL_PASSWORD.sub(rf"\g<head>{MASK}@", text)
+
+
+def scrub_bytes(data: bytes) -> bytes:
+    """`scrub` for encoded text; fast when nothing is registered and no URL has a password."""
+    secrets = registered_secrets()
+    if not secrets and b"@" not in data:
+        return data
+    for secret in sorted(secrets, key=len, reverse=True):
+        data = data.replace(secret.encode(), MASK.encode())
+    if b"@" in data:
+        data = _URL_PASSWORD.sub(rf"\g<head>{MASK}@", data.decode(errors="surrogateescape")).encode(
+            errors="surrogateescape"
+        )
+    return data
+
+
+def redact_url(url: str) -> str:
+    """A URL with its password, if any, masked."""
+    return _URL_PASSWORD.sub(rf"\g<head>{MASK}@", url)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Secret-looking variables masked; the names stay, so the record says they were set."""
+    return {name: MASK if is_secret_name(name) else value for name, value in env.items()}
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """Header values masked where the header name is secret (Authorization, X-Api-Key, …)."""
+    return {name: MASK if is_secret_name(name) else value for name, value in headers.items()}
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """A command line with the values of secret options, headers and variables masked.
+
+    Handles `--api-key VALUE`, `--api-key=VALUE`, `--header 'Authorization: Bearer X'`,
+    leading `NAME=VALUE` environment assignments, and URLs with passwords.
+    """
+    out: list[str] = []
+    mask_next = False
+    header_next = False
+    for arg in argv:
+        if mask_next:
+            out.append(MASK)
+            mask_next = False
+            continue
+        if header_next:
+            out.append(_redact_header_arg(arg))
+            header_next = False
+            continue
+        out.append(_redact_one(arg))
+        if arg.startswith("-") and "=" not in arg:
+            name = arg.lstrip("-")
+            if name in ("H", "header"):
+                header_next = True
+            elif is_secret_name(name):
+                mask_next = True
+    return out
+
+
+def _redact_one(arg: str) -> str:
+    if arg.startswith("-") and "=" in arg:
+        name, value = arg.split("=", 1)
+        if name.lstrip("-") in ("H", "header"):
+            return f"{name}={_redact_header_arg(value)}"
+        if is_secret_name(name.lstrip("-")):
+            return f"{name}={MASK}"
+        return f"{name}={scrub(value)}"
+    if not arg.startswith("-") and "=" in arg:
+        name, _ = arg.split("=", 1)
+        if name.isidentifier() and is_secret_name(name):
+            return f"{name}={MASK}"
+    return scrub(arg)
+
+
+def _redact_header_arg(arg: str) -> str:
+    name, sep, _ = arg.partition(":")
+    return f"{name}{sep} {MASK}" if sep and is_secret_name(name) else scrub(arg)
