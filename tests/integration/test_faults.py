@@ -118,7 +118,36 @@ def test_bad_cli_values_exit_2_with_one_clear_line(args, tmp_path):
     result = run_cli("bench", "--url", "http://127.0.0.1:9", "--runs-dir", str(tmp_path), *args)
     assert result.returncode == 2, result.stderr
     assert_no_traceback(result)
-    assert result.stderr.strip()
+    assert_one_error_line(result)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nosuch"], "error: No such command 'nosuch'"),
+        (["bench", "--nope"], "error: No such option: --nope"),
+        (["bench", "--url"], "error: Option '--url' requires an argument"),
+        (["model", "--tp", "x"], "error: Invalid value for '--tp'"),
+        (["probe", "--comm=yes"], "error: Option '--comm' does not take a value"),
+        (["sim", "--port", "abc"], "error: Invalid value for '--port'"),
+        (["run", "extra"], "error: Got unexpected extra argument"),
+        (["engine", "logs"], "error: Missing argument 'name'"),
+        (["engine", "up", "--nope"], "error: No such option: --nope"),
+        (["engine", "frobnicate"], "error: No such command 'frobnicate'"),
+    ],
+)
+def test_usage_errors_of_every_command_are_one_line_and_exit_2(args, message):
+    result = run_cli(*args, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert_no_traceback(result)
+    assert_one_error_line(result)
+    assert result.stderr.startswith(message), result.stderr
+    assert "--help" in result.stderr  # where the valid choices are
+
+
+def assert_one_error_line(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.stderr.startswith("error: "), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def test_bad_url_is_a_usage_error(tmp_path):

@@ -3,14 +3,24 @@
 A command with subcommands (a later `engine up/down/logs`) gets a Typer app of its own
 and joins with `add_typer`; a single command is registered directly, so a stray
 argument is reported as such instead of as an unknown subcommand.
+
+Click's usage errors (an unknown option or command, a missing argument, a value of the
+wrong type or outside a choice) are one `error: ...` line on stderr and exit code 2, like
+every bad value servelab itself refuses; `servelab` alone still prints the help.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
 from servelab.cli.bench import bench
 from servelab.cli.engine import engine_app
+from servelab.cli.exit_codes import ExitCode
 from servelab.cli.model import model
 from servelab.cli.probe import probe
 from servelab.cli.run import run
@@ -18,9 +28,50 @@ from servelab.cli.sim import sim
 
 __all__ = ["app", "main"]
 
+# Typer may carry its own copy of Click; its exception classes are reached through the
+# one it exports, BadParameter (a UsageError, itself a ClickException).
+_USAGE_ERROR: type[Exception] = typer.BadParameter.__base__
+_CLICK_ERROR: type[Exception] = _USAGE_ERROR.__base__
+
+
+class _OneLineErrors(TyperGroup):
+    """The `servelab` group: Click's errors become one line instead of a box."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except _CLICK_ERROR as exc:
+            # `servelab` alone: the help was printed while the error was made.
+            if type(exc).__name__ != "NoArgsIsHelpError":
+                typer.echo(_one_line(exc), err=True)
+            sys.exit(int(ExitCode.USAGE))
+        except typer.Abort:
+            typer.echo("error: aborted", err=True)
+            sys.exit(int(ExitCode.INTERNAL))
+        sys.exit(code if isinstance(code, int) else int(ExitCode.OK))
+
+
+def _one_line(exc: Exception) -> str:
+    """`error: <Click's message> (see '<command> --help')`, on one line."""
+    message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
+    context = getattr(exc, "ctx", None)
+    command = f"{context.command_path} " if context is not None else ""
+    return f"error: {message.rstrip('.')} (see '{command}--help')"
+
+
 app = typer.Typer(
     name="servelab",
     help="The performance lab for LLM serving deployments.",
+    cls=_OneLineErrors,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
