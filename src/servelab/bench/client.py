@@ -114,7 +114,7 @@ async def send_request(
                 elif endpoint.stream:
                     await _read_stream(response, endpoint.api, t_send_ns, state)
                 else:
-                    _read_body(await response.read(), endpoint.api, state)
+                    state.take_body(await response.read(), endpoint.api)
     except aiohttp.ClientConnectorError as exc:
         state.fail(ErrorKind.UNREACHABLE, f"cannot connect: {exc.os_error or exc}")
     except aiohttp.ServerTimeoutError:
@@ -155,8 +155,3 @@ async def _read_stream(
                 return
     for payload in decoder.close():
         state.take_event(payload, api, now_ns() - t_send_ns)
-
-
-def _read_body(raw: bytes, api: Api, state: ResponseState) -> None:
-    state.take_event(raw, api, None)
-    state.done = True

@@ -92,6 +92,7 @@ def compute_level(
         output_tokens_estimated=any(
             r.output_token_source is OutputTokenSource.CHUNKS for r in done
         ),
+        chunk_tokens_estimated=any(r.chunk_tokens_estimated for r in done),
         request_throughput=len(done) * per_s,
         input_throughput=input_tokens * per_s,
         output_throughput=output_tokens * per_s,

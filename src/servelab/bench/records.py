@@ -28,9 +28,11 @@ class ErrorKind(StrEnum):
     DROPPED = "dropped"
     """The connection was cut before the response was complete."""
     MALFORMED = "malformed"
-    """An SSE event or JSON body could not be parsed."""
+    """An SSE event or JSON body could not be parsed, or is JSON of the wrong shape."""
     SERVER_ERROR = "server_error"
     """The stream carried an error object instead of a completion."""
+    ABORTED = "aborted"
+    """The server ended the response with finish_reason "abort"."""
     INCOMPLETE = "incomplete"
     """The stream ended cleanly but without a finish reason or [DONE]."""
     EMPTY = "empty"
@@ -71,7 +73,9 @@ class RequestRecord:
     chunk_offsets_ns: list[int] = field(default_factory=list)
     """Arrival of each chunk carrying generated text, relative to t_send_ns."""
     chunk_tokens: list[int] | None = None
-    """Tokens carried by each text chunk; None when every chunk carried one."""
+    """Tokens carried by each text chunk; None when every chunk counts as one."""
+    chunk_tokens_estimated: bool = False
+    """True when output_tokens differs from the text chunks, so chunk_tokens is a share."""
     output_tokens: int = 0
     output_token_source: OutputTokenSource = OutputTokenSource.CHUNKS
     prompt_tokens: int | None = None

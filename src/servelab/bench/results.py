@@ -92,6 +92,10 @@ class LevelSummary(BaseModel):
     output_tokens_estimated: bool = Field(
         description="True when some output counts are text-chunk counts (no usage, no tokenizer)."
     )
+    chunk_tokens_estimated: bool = Field(
+        description="True when some request's output tokens differ from its text chunks, so "
+        "the tokens each chunk carried (for ITL and the peak bucket) were shared out."
+    )
     request_throughput: float = Field(description="completed / duration, in requests/s.")
     input_throughput: float = Field(description="total_input_tokens / duration, in tokens/s.")
     output_throughput: float = Field(description="total_output_tokens / duration, in tokens/s.")
