@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,7 @@ STUBBORN = textwrap.dedent(
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
     if deaf:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    print("stub starting", flush=True)
+    print(f"stub starting, pid {os.getpid()}", flush=True)
     if delay < 0:
         time.sleep(600)
     time.sleep(delay)
@@ -68,7 +70,7 @@ def test_stop_leaves_no_process_of_the_group(tmp_path: Path, deaf: bool):
     assert group_alive(pgid)
     engine.stop(grace_s=1.0)
     assert not group_alive(pgid)
-    assert "stub starting" in (tmp_path / "engine.log").read_text()
+    assert f"stub starting, pid {pgid}" in (tmp_path / "engine.log").read_text()
 
 
 def test_engine_that_dies_while_starting_shows_its_last_log_lines(tmp_path: Path):
@@ -84,14 +86,24 @@ def test_start_up_timeout_stops_the_engine(tmp_path: Path):
     spec = EngineSpec(engine="stub", options={"delay": -1}, startup_timeout_s=1.0)
     with pytest.raises(EngineLaunchError, match="not ready after 1 s") as caught:
         launch_engine(spec, log_path=tmp_path / "engine.log")
-    assert "stub starting" in caught.value.log_tail
+    [started] = [line for line in caught.value.log_tail if line.startswith("stub starting")]
+    pgid = int(started.rsplit(" ", 1)[1])  # the engine leads its own process group
+    assert not group_alive(pgid)  # the engine and its SIGTERM-deaf grandchild are gone
+    assert "engine exited with code" in (tmp_path / "engine.log").read_text()
 
 
 def test_slow_engine_is_waited_for(tmp_path: Path):
+    start = time.monotonic()
     engine = launch_engine(
         EngineSpec(engine="stub", options={"delay": 1.5}), log_path=tmp_path / "engine.log"
     )
-    engine.stop(grace_s=1.0)
+    try:
+        assert time.monotonic() - start >= 1.5  # the stub listens only after 1.5 s
+        with urllib.request.urlopen(engine.url + "/health", timeout=5) as response:
+            assert response.status == 200  # returned once ready, not at a timeout
+        assert engine.process.poll() is None
+    finally:
+        engine.stop(grace_s=1.0)
 
 
 def test_unknown_engine_names_the_closest():
