@@ -177,3 +177,31 @@ def test_client_bound_from_schedule_lag_or_cpu():
     on_time = record(0, 0, [100])
     assert compute_level([on_time], level=LEVEL, workers=busy).client.client_bound
     assert not compute_level([on_time], level=LEVEL, workers=WORKERS).client.client_bound
+
+
+def test_unknown_tpot_fails_a_tpot_slo_like_unknown_ttft_fails_a_ttft_slo():
+    streamed = record(0, 0, [50, 60, 70])  # ttft 50, tpot 10
+    one_token = record(1, 0, [50])  # streamed, but one token: no TPOT
+    body = record(2, 0, [1], end_ms=70)  # non-streamed: neither TTFT nor TPOT
+    body.chunk_offsets_ns = []
+    records = [streamed, one_token, body]
+    s = compute_level(records, level=LEVEL, workers=WORKERS, slo_ms={"tpot": 15})
+    assert s.good_fraction == pytest.approx(1 / 3)
+    s = compute_level([streamed, body], level=LEVEL, workers=WORKERS, slo_ms={"e2e": 100})
+    assert s.good_fraction == pytest.approx(1)
+
+
+def test_good_fraction_is_null_when_nothing_was_attempted():
+    cancelled = record(0, 0, [10], ok=False, error_kind=ErrorKind.CANCELLED)
+    s = compute_level([cancelled], level=LEVEL, workers=WORKERS, slo_ms={"ttft": 200})
+    assert s.good_fraction is None
+    assert s.request_goodput == 0
+
+
+def test_peak_bucket_starts_at_the_levels_first_send_not_the_first_completed():
+    failed = record(0, 0, [10], ok=False, error_kind=ErrorKind.HTTP, end_ms=10)
+    # sent at 500 ms, chunks at 1.0-1.9 s of the level: one bucket from the level's start,
+    # split 5 + 5 over two buckets counted from this request's own send
+    done = record(1, 500, [500 + 100 * i for i in range(10)])
+    s = compute_level([failed, done], level=LEVEL, workers=WORKERS)
+    assert s.max_output_tokens_per_s == 10

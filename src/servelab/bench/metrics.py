@@ -103,7 +103,7 @@ def compute_level(
         **_stats("e2e_latency_ms", e2e_ms),
         concurrency=sum(e2e_ms) / 1e3 * per_s,
         max_concurrent_requests=_max_in_flight(live),
-        max_output_tokens_per_s=_max_tokens_in_a_second(done),
+        max_output_tokens_per_s=_max_tokens_in_a_second(done, live),
         single_stream_tok_s=_single_stream(done, level),
         slo_ms=slo_ms,
         request_goodput=goodput,
@@ -189,10 +189,11 @@ def _max_in_flight(records: Sequence[RequestRecord]) -> int:
     return peak
 
 
-def _max_tokens_in_a_second(done: Sequence[RequestRecord]) -> float:
+def _max_tokens_in_a_second(done: Sequence[RequestRecord], live: Sequence[RequestRecord]) -> float:
+    """Output tokens per 1-s bucket, buckets counted from the level's first send."""
     if not done:
         return 0.0
-    start = min(r.t_send_ns for r in done)
+    start = min(r.t_send_ns for r in live)
     buckets: Counter[int] = Counter()
     for r in done:
         if not r.chunk_offsets_ns:
@@ -216,6 +217,7 @@ def _goodput(
 ) -> tuple[float | None, float | None]:
     if not slo_ms:
         return None, None
+    """A request is good when it completed and meets every SLO; an unknown value fails."""
     good = 0
     for r in done:
         ttft = _ttft_ns(r)
@@ -225,12 +227,12 @@ def _goodput(
             "e2e": e2e / NS_PER_MS,
             "tpot": (e2e - ttft) / NS_PER_MS / (r.output_tokens - 1)
             if ttft is not None and r.output_tokens > 1
-            else 0.0,
+            else None,
         }
         if all(observed[k] is not None and observed[k] <= v for k, v in slo_ms.items()):
             good += 1
     rate = good / duration_s if duration_s > 0 else 0.0
-    return rate, (good / attempted if attempted else 0.0)
+    return rate, (good / attempted if attempted else None)
 
 
 def _client_stats(measured: Sequence[RequestRecord], workers: Sequence[WorkerStats]) -> ClientStats:

@@ -133,7 +133,8 @@ class LevelSummary(BaseModel):
         description="Most requests in flight at one instant, from an exact sweep of intervals."
     )
     max_output_tokens_per_s: float = Field(
-        description="Most output tokens arriving within one 1-second bucket of the level."
+        description="Most output tokens arriving within one 1-second bucket, buckets counted "
+        "from the level's first measured send."
     )
     single_stream_tok_s: float | None = Field(
         description="Closed loop at concurrency 1 only: mean of output tokens / E2E, in tokens/s."
@@ -143,7 +144,8 @@ class LevelSummary(BaseModel):
         description="Requests meeting every SLO per second of duration, in requests/s."
     )
     good_fraction: float | None = Field(
-        description="Requests meeting every SLO / (completed + failed)."
+        description="Requests meeting every SLO / (completed + failed); an unknown value "
+        "fails its SLO. None when nothing was attempted."
     )
     client: ClientStats = Field(description="The load generator's own lag and CPU use.")
     telemetry: LevelTelemetry | None = Field(
