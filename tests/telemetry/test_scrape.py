@@ -22,6 +22,7 @@ from servelab.telemetry.scrape import MetricsScraper, metrics_url, parse_metrics
 from servelab.telemetry.summary import summarize_level
 
 CHAT = "/v1/chat/completions"
+KV_CAPACITY_TOKENS = 1_000
 
 
 def _body(max_tokens: int) -> dict[str, Any]:
@@ -36,7 +37,12 @@ def _body(max_tokens: int) -> dict[str, Any]:
 async def _scrape_under_load(style: str, *, requests: int = 4, max_tokens: int = 30):
     """Scrape a simulator (cap 2) every 0.1 s while `requests` streams run, and after."""
     config = SimConfig(
-        port=0, profile="linear", max_running_requests=2, metrics_style=style, step_base_ms=10
+        port=0,
+        profile="linear",
+        max_running_requests=2,
+        kv_capacity_tokens=KV_CAPACITY_TOKENS,
+        metrics_style=style,
+        step_base_ms=10,
     )
     sim = await start(config)
     rows: list[dict[str, Any]] = []
@@ -67,7 +73,8 @@ def test_both_name_styles_map_to_the_common_fields(style):
     assert {sample.engine for sample in trace.samples} == {style}
     assert max(sample.running for sample in trace.samples) == 2  # the cap
     assert max(sample.queued for sample in trace.samples) >= 1
-    assert max(sample.kv_usage for sample in trace.samples) >= 0
+    # At most 2 running requests of 5 prompt + 30 output tokens: 70 of 1,000 tokens held.
+    assert 0 < max(sample.kv_usage for sample in trace.samples) <= 2 * (5 + 30) / KV_CAPACITY_TOKENS
     last = trace.samples[-1]
     assert (last.running, last.queued) == (0, 0)
     assert last.generation_tokens_total == 4 * 30
