@@ -10,7 +10,10 @@ import pytest
 from servelab.sim import Batcher, EngineRequest, LinearStepCost, Step
 from servelab.sim.batching import Phase
 
-COST = LinearStepCost(base_ms=10, per_seq_ms=0.5, per_prefill_token_ms=0.01)
+BASE_MS, PER_SEQ_MS, PER_PREFILL_TOKEN_MS = 10.0, 0.5, 0.01
+COST = LinearStepCost(
+    base_ms=BASE_MS, per_seq_ms=PER_SEQ_MS, per_prefill_token_ms=PER_PREFILL_TOKEN_MS
+)
 
 
 @dataclass
@@ -42,8 +45,11 @@ def _check(batcher: Batcher[int], step: Step[int]) -> None:
     decoding = {id(r) for r in step.decode}
     assert not decoding & {id(r) for r, _ in step.prefill}
     assert all(r.prefilled == r.prompt_tokens for r in step.decode)
-    expected_s = COST.step_s(len(step.decode), step.decode_context_tokens, step.prefill_tokens)
-    assert step.duration_s == pytest.approx(expected_s + batcher.step_overhead_s)
+    # The linear cost written out: base + per decoding request + per prompt token.
+    expected_ms = (
+        BASE_MS + PER_SEQ_MS * len(step.decode) + PER_PREFILL_TOKEN_MS * step.prefill_tokens
+    )
+    assert step.duration_s == pytest.approx(expected_ms / 1000 + batcher.step_overhead_s)
     assert step.decode_context_tokens == sum(r.prompt_tokens + r.generated for r in step.decode)
 
 

@@ -7,19 +7,40 @@ import sys
 
 import pytest
 
-from servelab.model import decode_step_s, deploy, kv_capacity_tokens, prefill_s
+import servelab.model
+from servelab.model import deploy
 from servelab.sim import SimConfig
 from servelab.sim.model_profile import STORY_STEP_OVERHEAD_MS, ModelStepCost
-from servelab.sim.stepcost import ScaledStepCost, step_cost_for
+from servelab.sim.stepcost import LinearStepCost, ScaledStepCost, step_cost_for
 
 
-def test_model_step_cost_asks_the_model_with_the_mean_context():
+def test_model_step_cost_asks_the_model_with_the_mean_context(monkeypatch):
+    asked: list[dict[str, object]] = []
+
+    def recording_step_s(deployment: object, **work: float) -> float:
+        asked.append({"deployment": deployment, **work})
+        return 0.25
+
     dep = deploy("llama-3.1-8b", gpu="h100", tp=1, step_overhead_us=0)
+    monkeypatch.setattr(servelab.model, "step_s", recording_step_s)
     cost = ModelStepCost(dep)
-    assert cost.step_s(8, 8 * 500, 0) == pytest.approx(decode_step_s(dep, 8, 500))
-    assert cost.step_s(0, 0, 1024) == pytest.approx(prefill_s(dep, 1024))
-    assert cost.step_s(8, 8 * 500, 512) > cost.step_s(8, 8 * 500, 0)
-    assert cost.kv_capacity_tokens == kv_capacity_tokens(dep)
+    assert cost.step_s(8, 8 * 500, 0) == 0.25
+    assert cost.step_s(0, 0, 1024) == 0.25
+    assert asked == [
+        {"deployment": dep, "decode_batch": 8, "context_tokens": 500, "prefill_tokens": 0},
+        {"deployment": dep, "decode_batch": 0, "context_tokens": 0, "prefill_tokens": 1024},
+    ]
+
+
+def test_model_step_cost_of_llama_8b_on_one_h100():
+    cost = ModelStepCost(deploy("llama-3.1-8b", gpu="h100", tp=1, step_overhead_us=0))
+    # One stream, no context: every bf16 weight but the embedding table is read once,
+    # (8,030,261,248 - 128,256 x 4,096) x 2 B = 15,009,849,344 B at 3.35 TB/s = 4.4806 ms.
+    assert cost.step_s(1, 0, 0) == pytest.approx(4.4806e-3, rel=1e-4)
+    assert cost.step_s(8, 8 * 500, 512) > cost.step_s(8, 8 * 500, 0) > cost.step_s(1, 0, 0)
+    # 0.9 x 80 GiB - 8,030,261,248 x 2 B of weights - 2 GiB reserve = 59,101,405,184 B of KV;
+    # a token holds 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 131,072 B: 450,907.
+    assert cost.kv_capacity_tokens == 450_907
 
 
 def test_the_model_profile_is_built_from_the_settings():
@@ -42,10 +63,10 @@ def test_the_story_profile_brings_its_cap_and_overhead_unless_given():
 
 
 def test_time_scale_divides_every_step():
-    inner = ModelStepCost(deploy("llama-3.1-8b", gpu="h100", tp=1))
+    inner = LinearStepCost(base_ms=10, per_seq_ms=0.5, kv_capacity_tokens=4_096)
     scaled = ScaledStepCost(inner, 10.0)
-    assert scaled.step_s(4, 400, 0) == pytest.approx(inner.step_s(4, 400, 0) / 10)
-    assert scaled.kv_capacity_tokens == inner.kv_capacity_tokens
+    assert scaled.step_s(4, 400, 0) == pytest.approx(1.2e-3)  # (10 + 4 x 0.5) ms / 10
+    assert scaled.kv_capacity_tokens == 4_096
 
 
 @pytest.mark.parametrize(
