@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import sys
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +41,7 @@ VALUES = {
     "max_batch_tokens": 8,
 }
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+CONSTRAINTS = Path(__file__).parents[2] / "constraints" / "cpu.txt"
 
 
 def mapped_flags(table: dict, values: dict) -> set[str]:
@@ -136,19 +139,43 @@ def test_a_program_that_is_not_there():
     assert found is None and why == f"no_such_engine_module is not installed for {sys.executable}"
 
 
-@pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers (the local extra) is not installed")
-def test_transformers_flags_against_its_real_help():
+def _transformers_help() -> FlagSet:
     cli = get_adapter("transformers").cli  # type: ignore[attr-defined]
     program = get_adapter("transformers").program(EngineSpec(engine="transformers"))  # type: ignore[attr-defined]
     found, why = installed_flags([*program, *cli.help_args])
     assert why is None and found is not None
+    return found
+
+
+@pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers (the local extra) is not installed")
+def test_transformers_flags_against_its_real_help():
+    cli = get_adapter("transformers").cli  # type: ignore[attr-defined]
+    found = _transformers_help()
     wanted = mapped_flags(TRANSFORMERS_KNOBS, VALUES)
     wanted |= {"--continuous-batching", "--host", "--port", "--device"}
     assert wanted - found.flags == set()
-    # The recorded list is the same help, read when it was made.
-    assert recorded_flags(cli.recorded).flags == found.flags
     [problem] = unknown_flags(["--attn-implementaton", "sdpa"], found, cli)
     assert problem.suggestion == "--attn-implementation"
+
+
+@pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers (the local extra) is not installed")
+def test_the_recorded_transformers_list_is_its_help():
+    recorded = get_adapter("transformers").cli.recorded  # type: ignore[attr-defined]
+    version = recorded.removeprefix("transformers-").removesuffix(".txt")
+    installed = importlib.metadata.version("transformers")
+    if installed != version:
+        pytest.skip(
+            f"the recorded list {recorded} is of transformers {version}, installed is "
+            f"{installed} (constraints/cpu.txt pins {version})"
+        )
+    assert recorded_flags(recorded).flags == _transformers_help().flags
+
+
+def test_the_cpu_constraints_pin_the_transformers_of_the_recorded_list():
+    recorded = get_adapter("transformers").cli.recorded  # type: ignore[attr-defined]
+    version = recorded.removeprefix("transformers-").removesuffix(".txt")
+    pins = CONSTRAINTS.read_text().splitlines()
+    assert f"transformers=={version}" in pins
 
 
 @pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers (the local extra) is not installed")
