@@ -32,5 +32,6 @@ def level_summary(concurrency: int, total_tok_s: float, index: int = 0) -> Level
         duration_s=None,
         warmup=0,
     )
-    summary = compute_level([record], level=spec, workers=[WorkerStats(0, 0, 0.0, 1.0)])
+    worker = WorkerStats(worker=0, loop_lag_p99_ns=0, loop_lag_max_ns=0, cpu_s=0.0, wall_s=1.0)
+    summary = compute_level([record], level=spec, workers=[worker])
     return summary.model_copy(update={"total_throughput": total_tok_s})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from servelab.bench.load import LevelSpec, LoadMode
@@ -51,7 +53,7 @@ def record(
 LEVEL = LevelSpec(
     index=0, mode=LoadMode.CONCURRENCY, value=2, num_requests=2, duration_s=None, warmup=0
 )
-WORKERS = [WorkerStats(worker=0, loop_lag_p99_ns=0, cpu_s=0.1, wall_s=1.0)]
+WORKERS = [WorkerStats(worker=0, loop_lag_p99_ns=0, loop_lag_max_ns=0, cpu_s=0.1, wall_s=1.0)]
 
 
 def test_single_request_ttft_tpot_itl_e2e():
@@ -168,15 +170,70 @@ def test_non_streamed_e2e_ends_with_the_body():
     assert s.mean_ttft_ms is None
 
 
-def test_client_bound_from_schedule_lag_or_cpu():
-    late = record(0, 10, [100], scheduled_ms=0)  # sent 10 ms after it was due
-    s = compute_level([late], level=LEVEL, workers=WORKERS)
-    assert s.client.p99_schedule_lag_ms == pytest.approx(10)
+def workers(p99_lag_ms: float = 0, max_lag_ms: float = 0, cpu_s: float = 0.1) -> list:
+    return [
+        WorkerStats(
+            worker=0,
+            loop_lag_p99_ns=int(p99_lag_ms * MS),
+            loop_lag_max_ns=int(max_lag_ms * MS),
+            cpu_s=cpu_s,
+            wall_s=1.0,
+        )
+    ]
+
+
+def streams(itl_ms: float, n: int = 4, lag_ms: float = 0) -> list[RequestRecord]:
+    """n requests of 5 chunks itl_ms apart, each sent lag_ms after it was due."""
+    return [
+        record(i, 1000 * i + lag_ms, [50 + itl_ms * k for k in range(5)], scheduled_ms=1000 * i)
+        for i in range(n)
+    ]
+
+
+OPEN = LevelSpec(
+    index=0, mode=LoadMode.REQUEST_RATE, value=100, num_requests=4, duration_s=None, warmup=0
+)
+
+
+def test_loop_lag_near_the_itl_is_client_bound():
+    s = compute_level(streams(itl_ms=5), level=LEVEL, workers=workers(4.9, 4.9))
     assert s.client.client_bound
-    busy = [WorkerStats(worker=0, loop_lag_p99_ns=0, cpu_s=0.95, wall_s=1.0)]
-    on_time = record(0, 0, [100])
-    assert compute_level([on_time], level=LEVEL, workers=busy).client.client_bound
-    assert not compute_level([on_time], level=LEVEL, workers=WORKERS).client.client_bound
+    assert s.client.p99_loop_lag_ms == pytest.approx(4.9)
+    assert "p99 loop lag 4.9 ms > 10% of median ITL 5.0 ms" in (s.client.client_bound_reason or "")
+
+
+def test_lag_small_against_the_latencies_is_not_client_bound():
+    s = compute_level(streams(itl_ms=100, lag_ms=6), level=LEVEL, workers=workers(6, 8))
+    assert not s.client.client_bound and s.client.client_bound_reason is None
+    assert s.client.max_loop_lag_ms == pytest.approx(8)
+    assert s.client.p99_schedule_lag_ms == pytest.approx(6)
+
+
+def test_open_loop_schedule_lag_is_judged_against_the_arrival_gap():
+    rate_10 = dataclasses.replace(OPEN, value=10)  # gap 100 ms
+    s = compute_level(streams(itl_ms=20, lag_ms=6), level=rate_10, workers=workers())
+    assert not s.client.client_bound
+    s = compute_level(streams(itl_ms=20, lag_ms=2), level=OPEN, workers=workers())  # gap 10 ms
+    assert s.client.client_bound
+    reason = s.client.client_bound_reason or ""
+    assert "p99 schedule lag 2.0 ms > 10% of mean inter-arrival gap 10.0 ms" in reason
+
+
+def test_one_lag_longer_than_the_itl_is_client_bound():
+    s = compute_level(streams(itl_ms=20), level=LEVEL, workers=workers(0.5, 30))
+    assert s.client.client_bound
+    assert "max loop lag 30.0 ms > median ITL 20.0 ms" in (s.client.client_bound_reason or "")
+    late = [*streams(itl_ms=10, n=100), record(100, 12, [10, 20], scheduled_ms=0)]
+    s = compute_level(late, level=LEVEL, workers=workers())
+    assert s.client.p99_schedule_lag_ms < 1
+    assert "max schedule lag 12.0 ms > median ITL 10.0 ms" in (s.client.client_bound_reason or "")
+
+
+def test_a_busy_worker_is_client_bound():
+    s = compute_level(streams(itl_ms=20), level=LEVEL, workers=workers(cpu_s=0.95))
+    assert s.client.client_bound and s.client.max_cpu_pct == pytest.approx(95)
+    assert "worker CPU 95% of a core" in (s.client.client_bound_reason or "")
+    assert not compute_level(streams(itl_ms=20), level=LEVEL, workers=workers()).client.client_bound
 
 
 def test_unknown_tpot_fails_a_tpot_slo_like_unknown_ttft_fails_a_ttft_slo():

@@ -19,14 +19,16 @@ from servelab.core.clock import NS_PER_MS, NS_PER_S
 
 __all__ = [
     "CLIENT_BOUND_CPU_PCT",
-    "CLIENT_BOUND_LAG_MS",
+    "CLIENT_BOUND_P99_LAG_SHARE",
     "WorkerStats",
     "compute_level",
     "itl_per_token_ns",
 ]
 
-CLIENT_BOUND_LAG_MS = 5.0
+CLIENT_BOUND_P99_LAG_SHARE = 0.10
+"""A p99 lag above this share of the level's time scale marks it client_bound."""
 CLIENT_BOUND_CPU_PCT = 90.0
+"""A worker busier than this, in % of one core, marks its level client_bound."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +37,11 @@ class WorkerStats:
 
     worker: int
     loop_lag_p99_ns: int
+    loop_lag_max_ns: int
     cpu_s: float
+    """CPU time of the worker process from its first send to its last completion."""
     wall_s: float
+    """Wall time from its first send to its last completion."""
 
 
 def compute_level(
@@ -108,7 +113,12 @@ def compute_level(
         slo_ms=slo_ms,
         request_goodput=goodput,
         good_fraction=good_fraction,
-        client=_client_stats(measured, workers),
+        client=_client_stats(
+            measured,
+            workers,
+            level,
+            _time_scale([("ITL", itl_ms), ("TPOT", tpot_ms), ("E2E latency", e2e_ms)]),
+        ),
         notes=list(notes),
     )
 
@@ -235,24 +245,74 @@ def _goodput(
     return rate, (good / attempted if attempted else None)
 
 
-def _client_stats(measured: Sequence[RequestRecord], workers: Sequence[WorkerStats]) -> ClientStats:
+def _time_scale(latencies_ms: list[tuple[str, list[float]]]) -> tuple[str, float] | None:
+    """The finest time the level measured: the first non-zero median, finest first.
+
+    ITL is the scale whenever streams carried two chunks apart; a median ITL of 0 (chunks
+    read together) or no ITL at all (non-streamed) falls back to TPOT, then E2E.
+    """
+    for name, values in latencies_ms:
+        median = float(np.median(values)) if values else 0.0
+        if median > 0:
+            return f"median {name}", median
+    return None
+
+
+def _client_stats(
+    measured: Sequence[RequestRecord],
+    workers: Sequence[WorkerStats],
+    level: LevelSpec,
+    scale: tuple[str, float] | None,
+) -> ClientStats:
     lags = np.asarray(
         [max(r.t_send_ns - r.t_scheduled_ns - r.connect_ns, 0) for r in measured], dtype=float
     )
     p99_lag = float(np.percentile(lags, 99)) / NS_PER_MS if lags.size else 0.0
     max_lag = float(lags.max()) / NS_PER_MS if lags.size else 0.0
-    loop_lag = max((w.loop_lag_p99_ns for w in workers), default=0) / NS_PER_MS
+    loop_p99 = max((w.loop_lag_p99_ns for w in workers), default=0) / NS_PER_MS
+    loop_max = max((w.loop_lag_max_ns for w in workers), default=0) / NS_PER_MS
     cpu = max((100.0 * w.cpu_s / w.wall_s for w in workers if w.wall_s > 0), default=0.0)
-    bound = (
-        p99_lag > CLIENT_BOUND_LAG_MS
-        or loop_lag > CLIENT_BOUND_LAG_MS
-        or cpu > CLIENT_BOUND_CPU_PCT
-    )
+    lag = {"loop": (loop_p99, loop_max), "schedule": (p99_lag, max_lag)}
+    reasons = _client_bound_reasons(lag, cpu, level, scale)
     return ClientStats(
         workers=len(workers),
         p99_schedule_lag_ms=p99_lag,
         max_schedule_lag_ms=max_lag,
-        p99_loop_lag_ms=loop_lag,
+        p99_loop_lag_ms=loop_p99,
+        max_loop_lag_ms=loop_max,
         max_cpu_pct=cpu,
-        client_bound=bound,
+        client_bound=bool(reasons),
+        client_bound_reason="; ".join(reasons) or None,
     )
+
+
+def _client_bound_reasons(
+    lag_ms: dict[str, tuple[float, float]],
+    cpu_pct: float,
+    level: LevelSpec,
+    scale: tuple[str, float] | None,
+) -> list[str]:
+    """Which rules say the client's own lag was material against what it measured.
+
+    A p99 lag is judged against a share of the level's time scale (open loop: of the
+    mean gap between arrivals, the time an arrival may be late by), a single lag against
+    the whole of it: a lag as long as a token gap distorts that gap.
+    """
+    reasons = []
+    p99_scale = ("mean inter-arrival gap", 1e3 / level.rate) if level.rate else scale
+    if p99_scale is not None:
+        name, ms = p99_scale
+        for kind, (p99, _) in lag_ms.items():
+            if p99 > CLIENT_BOUND_P99_LAG_SHARE * ms:
+                share = f"{CLIENT_BOUND_P99_LAG_SHARE:.0%}"
+                reasons.append(f"p99 {kind} lag {p99:.1f} ms > {share} of {name} {ms:.1f} ms")
+    if scale is not None:
+        name, ms = scale
+        for kind, (_, most) in lag_ms.items():
+            if most > ms:
+                reasons.append(f"max {kind} lag {most:.1f} ms > {name} {ms:.1f} ms")
+    if cpu_pct > CLIENT_BOUND_CPU_PCT:
+        reasons.append(
+            f"worker CPU {cpu_pct:.0f}% of a core > {CLIENT_BOUND_CPU_PCT:.0f}% over its busy part"
+        )
+    return reasons

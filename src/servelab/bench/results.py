@@ -38,12 +38,21 @@ class ClientStats(BaseModel):
     p99_loop_lag_ms: float = Field(
         description="p99 event-loop lag (a 10 ms timer's overshoot), worst worker, in ms."
     )
+    max_loop_lag_ms: float = Field(
+        description="Largest event-loop lag of any worker during the level, in ms."
+    )
     max_cpu_pct: float = Field(
-        description="CPU time / wall time of the busiest worker during the level, in % of a core."
+        description="CPU time / wall time of the busiest worker from its first send to its "
+        "last completion, in % of a core."
     )
     client_bound: bool = Field(
-        description="True when p99 schedule or loop lag exceeds 5 ms or a worker used over 90% "
-        "of a core: the client may have limited the measurement."
+        description="True when the client's lag was material against what it measured: a "
+        "p99 loop or schedule lag over 10% of the median ITL (open loop: of the mean "
+        "inter-arrival gap), a single lag over the median ITL, or a worker over 90% of a "
+        "core. The client may have limited the measurement."
+    )
+    client_bound_reason: str | None = Field(
+        description="Which of those rules fired, with the numbers; None when none did."
     )
 
 

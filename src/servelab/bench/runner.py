@@ -1,7 +1,8 @@
 """Runs one load level on a pool of worker processes and collects its records.
 
 Concurrency is split evenly over the workers and an open-loop schedule round-robin;
-workers start together at an absolute time on the shared monotonic clock. Records are
+workers start together at an absolute time on the shared monotonic clock, set once every
+worker has acknowledged its phase. Records are
 handed to `on_records` as they arrive, so they can be written before the level ends.
 Ctrl-C stops the workers, keeps what finished, and marks the level interrupted.
 """
@@ -24,7 +25,7 @@ from servelab.bench.events import BenchEvent, LevelProgress, LevelStarted
 from servelab.bench.load import LevelSpec, LoadMode, arrival_offsets_ns
 from servelab.bench.metrics import WorkerStats
 from servelab.bench.records import RequestRecord
-from servelab.bench.worker import EXIT, STOP, Phase, worker_main
+from servelab.bench.worker import EXIT, STOP, Phase, Start, worker_main
 from servelab.core.clock import NS_PER_S, now_ns
 from servelab.core.errors import ServelabError
 
@@ -37,7 +38,8 @@ __all__ = [
 
 STREAMS_PER_WORKER = 256
 RATE_PER_WORKER = 64.0
-_START_DELAY_NS = 100_000_000
+_START_MARGIN_NS = 20_000_000
+"""From the last acknowledgement to the start: time for a small Start to reach every worker."""
 _READY_TIMEOUT_S = 60.0
 _STOP_GRACE_S = 15.0
 _PROGRESS_EVERY_NS = 100_000_000
@@ -104,25 +106,16 @@ def _split(total: int, workers: int) -> list[int]:
 
 def _warmup_phases(level: LevelSpec, items: Sequence[RequestItem], workers: int) -> list[Phase]:
     concurrency = min(len(items), level.concurrency or 8)
-    return _closed_phases(level, items, workers, concurrency, warmup=True, deadline_ns=None)
+    return _closed_phases(level, items, workers, concurrency, warmup=True, duration_ns=None)
 
 
 def _measured_phases(
     level: LevelSpec, items: Sequence[RequestItem], workers: int, seed: int
 ) -> list[Phase]:
-    deadline = None
-    start = now_ns() + _START_DELAY_NS
-    if level.duration_s is not None:
-        deadline = start + int(level.duration_s * NS_PER_S)
+    duration = None if level.duration_s is None else int(level.duration_s * NS_PER_S)
     if level.mode is LoadMode.CONCURRENCY:
         return _closed_phases(
-            level,
-            items,
-            workers,
-            int(level.value),
-            warmup=False,
-            deadline_ns=deadline,
-            start_ns=start,
+            level, items, workers, int(level.value), warmup=False, duration_ns=duration
         )
     offsets = arrival_offsets_ns(
         level.value,
@@ -140,8 +133,7 @@ def _measured_phases(
                 warmup=False,
                 items=[(j, items[j % len(items)]) for j in mine],
                 offsets_ns=[offsets[j] for j in mine],
-                start_ns=start,
-                deadline_ns=deadline,
+                duration_ns=duration,
             )
         )
     return phases
@@ -154,10 +146,8 @@ def _closed_phases(
     concurrency: int,
     *,
     warmup: bool,
-    deadline_ns: int | None,
-    start_ns: int | None = None,
+    duration_ns: int | None,
 ) -> list[Phase]:
-    start = start_ns or now_ns() + _START_DELAY_NS
     shares = _deal(len(items), concurrency, workers)
     slots = _split(concurrency, workers)
     return [
@@ -165,9 +155,8 @@ def _closed_phases(
             level=level.index,
             warmup=warmup,
             items=[(i, items[i]) for i in share],
-            start_ns=start,
             concurrency=slots[w],
-            deadline_ns=deadline_ns,
+            duration_ns=duration_ns,
             index_stride=len(items),
         )
         for w, share in enumerate(shares)
@@ -226,10 +215,10 @@ class _Pool:
         self.inbox = inbox
 
     def run(self, phases: list[Phase], collector: _Collector) -> list[WorkerStats]:
-        """Send one phase per worker and collect until every worker reports done."""
+        """Send one phase per worker, start them all once each has it, collect until done."""
         for pipe, phase in zip(self.pipes, phases, strict=True):
             pipe.send(phase)
-        collector.t_start_ns = phases[0].start_ns
+        acknowledged: set[int] = set()
         stats: dict[int, WorkerStats] = {}
         deadline: float | None = None
         while len(stats) < len(self.processes):
@@ -242,7 +231,11 @@ class _Pool:
                     if deadline is not None and now_ns() > deadline:
                         break
                     continue
-                if message[0] == "records":
+                if message[0] == "ack":
+                    acknowledged.add(message[1])
+                    if len(acknowledged) == len(self.pipes) and not collector.interrupted:
+                        collector.t_start_ns = self._start()
+                elif message[0] == "records":
                     collector.take(message[2])
                 elif message[0] == "done":
                     stats[message[1]] = message[2]
@@ -254,6 +247,13 @@ class _Pool:
                 deadline = now_ns() + int(_STOP_GRACE_S * NS_PER_S)
         collector.progress(force=True)
         return [stats[w] for w in sorted(stats)]
+
+    def _start(self) -> int:
+        """Tell every worker to begin at one moment just ahead; returns that moment."""
+        start_ns = now_ns() + _START_MARGIN_NS
+        for pipe in self.pipes:
+            pipe.send(Start(start_ns))
+        return start_ns
 
     def stop(self) -> None:
         for pipe in self.pipes:

@@ -1,10 +1,13 @@
 """A client worker process: one event loop, one pooled session, its share of the load.
 
-The parent sends commands over a pipe (`Phase`, `STOP`, `EXIT`); the worker sends
-everything back over one shared queue, in order: `("ready", w)`, batches of records
-`("records", w, bytes)`, then `("done", w, stats)` at the end of each phase. Putting
-records and "done" on the same queue keeps them ordered. Workers ignore SIGINT: the
-parent decides what Ctrl-C means and tells them to stop.
+The parent sends commands over a pipe (`Phase`, `Start`, `STOP`, `EXIT`); the worker
+sends everything back over one shared queue, in order: `("ready", w)` once, then per
+phase `("ack", w)` when the phase has arrived, batches of records `("records", w,
+bytes)`, and `("done", w, stats)` at its end. A phase only starts with the `Start` that
+follows it, which the parent sends once every worker has acknowledged its phase: a
+large phase that is slow to deliver then delays the start, not one worker's arrivals.
+Putting records and "done" on the same queue keeps them ordered. Workers ignore SIGINT:
+the parent decides what Ctrl-C means and tells them to stop.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from servelab.bench.metrics import WorkerStats
 from servelab.bench.records import RequestRecord
 from servelab.core.clock import NS_PER_S, now_ns
 
-__all__ = ["EXIT", "STOP", "Phase", "worker_main"]
+__all__ = ["EXIT", "STOP", "Phase", "Start", "worker_main"]
 
 STOP = "stop"
 EXIT = "exit"
@@ -45,15 +48,21 @@ class Phase:
     warmup: bool
     items: list[tuple[int, RequestItem]]
     """(request index, request) in sending order."""
-    start_ns: int
     concurrency: int | None = None
     """Closed loop: requests this worker keeps in flight."""
     offsets_ns: list[int] | None = None
-    """Open loop: arrival of each item, after start_ns."""
-    deadline_ns: int | None = None
-    """Duration mode: no request starts after this; items are reused round-robin."""
+    """Open loop: arrival of each item, after the start."""
+    duration_ns: int | None = None
+    """Duration mode: no request starts this long after the start; items are reused."""
     index_stride: int = 1
     """Duration mode, closed loop: the k-th request is items[k % n], index + (k // n) * stride."""
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Begin the phase received last, at `start_ns` on the shared monotonic clock."""
+
+    start_ns: int
 
 
 def worker_main(worker: int, endpoint: EndpointConfig, commands: Connection, out: Queue) -> None:
@@ -77,6 +86,7 @@ class _Worker:
         self.inbox: asyncio.Queue[Any] = asyncio.Queue()
         self.stop = asyncio.Event()
         self.pending: list[RequestRecord] = []
+        self.busy = _BusySpan()
         self.count_tokens = _output_counter(endpoint)
 
     def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -111,22 +121,30 @@ class _Worker:
                     break
                 if isinstance(message, Phase):
                     self.stop.clear()
-                    stats = await self._run_phase(message)
+                    self.out.put(("ack", self.worker))
+                    start = await self.inbox.get()
+                    if start == EXIT:
+                        break
+                    stats = (
+                        await self._run_phase(message, start.start_ns)
+                        if isinstance(start, Start)
+                        else WorkerStats(self.worker, 0, 0, 0.0, 0.0)
+                    )
                     self._flush()
                     self.out.put(("done", self.worker, stats))
 
-    async def _run_phase(self, phase: Phase) -> WorkerStats:
+    async def _run_phase(self, phase: Phase, start_ns: int) -> WorkerStats:
         lags: list[int] = []
+        self.busy = _BusySpan()
         monitor = asyncio.create_task(_watch_loop_lag(lags))
         flusher = asyncio.create_task(self._flush_periodically())
-        cpu0 = time.process_time()
-        await _sleep_until(phase.start_ns, self.stop)
-        wall0 = now_ns()
+        await _sleep_until(start_ns, self.stop)
+        deadline_ns = None if phase.duration_ns is None else start_ns + phase.duration_ns
         tasks: set[asyncio.Task[None]] = set()
         if phase.offsets_ns is not None:
-            runner = self._open_loop(phase, tasks)
+            runner = self._open_loop(phase, start_ns, deadline_ns, tasks)
         else:
-            runner = self._closed_loop(phase, tasks)
+            runner = self._closed_loop(phase, deadline_ns, tasks)
         main = asyncio.create_task(runner)
         stopper = asyncio.create_task(self.stop.wait())
         await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -136,15 +154,20 @@ class _Worker:
                 task.cancel()
         await asyncio.gather(main, *tasks, return_exceptions=True)
         stopper.cancel()
-        wall_s = (now_ns() - wall0) / NS_PER_S
-        cpu_s = time.process_time() - cpu0
         monitor.cancel()
         flusher.cancel()
         lags.sort()
         p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))] if lags else 0
-        return WorkerStats(worker=self.worker, loop_lag_p99_ns=p99, cpu_s=cpu_s, wall_s=wall_s)
+        return WorkerStats(
+            worker=self.worker,
+            loop_lag_p99_ns=p99,
+            loop_lag_max_ns=lags[-1] if lags else 0,
+            cpu_s=self.busy.cpu_s,
+            wall_s=self.busy.wall_s,
+        )
 
     async def _one(self, phase: Phase, index: int, item: RequestItem, t_scheduled_ns: int) -> None:
+        self.busy.sent()
         record = await send_request(
             self.session,
             self.endpoint,
@@ -156,21 +179,23 @@ class _Worker:
             t_scheduled_ns=t_scheduled_ns,
             count_tokens=self.count_tokens,
         )
+        self.busy.completed()
         self.pending.append(record)
 
-    async def _closed_loop(self, phase: Phase, tasks: set[asyncio.Task[None]]) -> None:
+    async def _closed_loop(
+        self, phase: Phase, deadline_ns: int | None, tasks: set[asyncio.Task[None]]
+    ) -> None:
         items = phase.items
-        cycle = phase.deadline_ns is not None
         next_k = 0
 
         async def slot() -> None:
             nonlocal next_k
             while not self.stop.is_set():
                 t_free = now_ns()
-                if cycle and t_free >= phase.deadline_ns:
+                if deadline_ns is not None and t_free >= deadline_ns:
                     return
                 k = next_k
-                if not cycle and k >= len(items):
+                if deadline_ns is None and k >= len(items):
                     return
                 next_k += 1
                 base_index, item = items[k % len(items)]
@@ -181,11 +206,17 @@ class _Worker:
             tasks.add(asyncio.create_task(slot()))
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _open_loop(self, phase: Phase, tasks: set[asyncio.Task[None]]) -> None:
+    async def _open_loop(
+        self,
+        phase: Phase,
+        start_ns: int,
+        deadline_ns: int | None,
+        tasks: set[asyncio.Task[None]],
+    ) -> None:
         assert phase.offsets_ns is not None
         for (index, item), offset in zip(phase.items, phase.offsets_ns, strict=True):
-            due = phase.start_ns + offset
-            if phase.deadline_ns is not None and due >= phase.deadline_ns:
+            due = start_ns + offset
+            if deadline_ns is not None and due >= deadline_ns:
                 break
             await _sleep_until(due, self.stop)
             if self.stop.is_set():
@@ -206,6 +237,38 @@ class _Worker:
         while True:
             await asyncio.sleep(_FLUSH_EVERY_S)
             self._flush()
+
+
+class _BusySpan:
+    """CPU and wall time from a worker's first send to the last completion it saw.
+
+    A worker that waits for its first arrival, or idles while others finish, is not
+    busy then; dividing by the whole phase would hide a saturated burst.
+    """
+
+    __slots__ = ("cpu_first_s", "cpu_last_s", "t_first_ns", "t_last_ns")
+
+    def __init__(self) -> None:
+        self.t_first_ns: int | None = None
+        self.cpu_first_s = self.cpu_last_s = 0.0
+        self.t_last_ns = 0
+
+    def sent(self) -> None:
+        if self.t_first_ns is None:
+            self.t_first_ns, self.cpu_first_s = now_ns(), time.process_time()
+
+    def completed(self) -> None:
+        self.t_last_ns, self.cpu_last_s = now_ns(), time.process_time()
+
+    @property
+    def cpu_s(self) -> float:
+        return max(self.cpu_last_s - self.cpu_first_s, 0.0)
+
+    @property
+    def wall_s(self) -> float:
+        if self.t_first_ns is None:
+            return 0.0
+        return max(self.t_last_ns - self.t_first_ns, 0) / NS_PER_S
 
 
 async def _sleep_until(t_ns: int, stop: asyncio.Event) -> None:
