@@ -16,7 +16,7 @@ ITEM = RequestItem(prompt="hi", max_tokens=16, input_tokens=1)
 LEVEL = LevelSpec(
     index=0, mode=LoadMode.CONCURRENCY, value=1, num_requests=1, duration_s=None, warmup=0
 )
-WORKERS = [WorkerStats(worker=0, loop_lag_p99_ns=0, cpu_s=0.0, wall_s=1.0)]
+WORKERS = [WorkerStats(worker=0, loop_lag_p99_ns=0, loop_lag_max_ns=0, cpu_s=0.0, wall_s=1.0)]
 
 
 def delta(content: str | None = None, **fields: object) -> bytes:
