@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servelab.bench.load import LevelSpec, LoadMode
-from servelab.bench.metrics import WorkerStats, compute_level, itl_per_token_ns
+from servelab.bench.metrics import WorkerStats, compute_level, itl_ns
 from servelab.bench.records import ErrorKind, OutputTokenSource, RequestRecord
 
 MS = 1_000_000
@@ -70,8 +73,8 @@ def test_single_request_ttft_tpot_itl_e2e():
 
 def test_multi_token_chunk_counts_its_gap_per_token():
     r = record(0, 0, [50, 90, 100], tokens=5, chunk_tokens=[1, 3, 1])
-    gaps = [g / MS for g in itl_per_token_ns(r)]
-    assert gaps == pytest.approx([40 / 3] * 3 + [10])
+    gaps = [(g / MS, k) for g, k in itl_ns(r)]
+    assert gaps == [(pytest.approx(40 / 3), 3), (pytest.approx(10), 1)]
     s = compute_level([r], level=LEVEL, workers=WORKERS)
     assert s.mean_tpot_ms == pytest.approx((100 - 50) / 4)
     assert s.mean_itl_ms == pytest.approx((40 + 10) / 4)
@@ -80,7 +83,7 @@ def test_multi_token_chunk_counts_its_gap_per_token():
 
 def test_chunk_without_tokens_carries_its_gap_forward():
     r = record(0, 0, [10, 20, 40], tokens=2, chunk_tokens=[1, 0, 1])
-    assert [g / MS for g in itl_per_token_ns(r)] == pytest.approx([30])
+    assert [(g / MS, k) for g, k in itl_ns(r)] == [(pytest.approx(30), 1)]
 
 
 def test_throughputs_duration_and_littles_law():
@@ -262,3 +265,47 @@ def test_peak_bucket_starts_at_the_levels_first_send_not_the_first_completed():
     done = record(1, 500, [500 + 100 * i for i in range(10)])
     s = compute_level([failed, done], level=LEVEL, workers=WORKERS)
     assert s.max_output_tokens_per_s == 10
+
+
+def test_itl_statistics_weigh_multi_token_chunks_without_expanding_them():
+    """A server claiming 10^12 tokens over three chunks: the statistics, in bounded memory."""
+    r = record(0, 0, [100, 110, 130], tokens=10**12 + 2, chunk_tokens=[1, 1, 10**12])
+    s = compute_level([r], level=LEVEL, workers=WORKERS)
+    assert s.median_itl_ms == pytest.approx(20 / 10**12)
+    assert s.p99_itl_ms == pytest.approx(20 / 10**12)
+
+
+def test_weighted_itl_statistics_match_the_expanded_definition():
+    r = record(0, 0, [50, 90, 100, 130, 131], tokens=9, chunk_tokens=[1, 3, 1, 2, 2])
+    gaps_ms = [40 / 3] * 3 + [10] + [15] * 2 + [0.5] * 2
+    s = compute_level([r], level=LEVEL, workers=WORKERS)
+    expanded = np.asarray(gaps_ms)
+    assert s.mean_itl_ms == pytest.approx(expanded.mean())
+    assert s.std_itl_ms == pytest.approx(expanded.std())
+    assert s.median_itl_ms == pytest.approx(np.median(expanded))
+    for q in (90, 95, 99):
+        assert getattr(s, f"p{q}_itl_ms") == pytest.approx(np.percentile(expanded, q))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gaps=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=10**8), st.integers(min_value=1, max_value=5)),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_itl_statistics_equal_numpy_on_the_expanded_gaps(gaps: list[tuple[int, int]]):
+    offsets = [0]
+    for gap, _ in gaps:
+        offsets.append(offsets[-1] + gap)
+    tokens = [1] + [k for _, k in gaps]
+    r = record(0, 0, [o / MS for o in offsets], tokens=sum(tokens), chunk_tokens=tokens)
+    r.chunk_offsets_ns = offsets
+    expanded = np.asarray([gap / k / MS for gap, k in gaps for _ in range(k)])
+    s = compute_level([r], level=LEVEL, workers=WORKERS)
+    assert s.mean_itl_ms == pytest.approx(expanded.mean(), abs=1e-9)
+    assert s.std_itl_ms == pytest.approx(expanded.std(), abs=1e-6)
+    assert s.median_itl_ms == pytest.approx(np.median(expanded), abs=1e-9)
+    for q in (90, 95, 99):
+        assert getattr(s, f"p{q}_itl_ms") == pytest.approx(np.percentile(expanded, q), abs=1e-9)

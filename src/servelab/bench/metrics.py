@@ -22,7 +22,7 @@ __all__ = [
     "CLIENT_BOUND_P99_LAG_SHARE",
     "WorkerStats",
     "compute_level",
-    "itl_per_token_ns",
+    "itl_ns",
 ]
 
 CLIENT_BOUND_P99_LAG_SHARE = 0.10
@@ -69,7 +69,13 @@ def compute_level(
         for r, t in zip(done, ttft, strict=True)
         if t is not None and r.output_tokens > 1
     ]
-    itl_ms = [gap / NS_PER_MS for r in done for gap in itl_per_token_ns(r)]
+    itl = [(gap / NS_PER_MS, k) for r in done for gap, k in itl_ns(r)]
+    latency = {
+        **_stats("ttft_ms", ttft_ms),
+        **_stats("tpot_ms", tpot_ms),
+        **_stats("itl_ms", [gap for gap, _ in itl], [k for _, k in itl]),
+        **_stats("e2e_latency_ms", e2e_ms),
+    }
 
     input_tokens, input_source = _input_tokens(done)
     output_tokens = sum(r.output_tokens for r in done)
@@ -102,10 +108,7 @@ def compute_level(
         input_throughput=input_tokens * per_s,
         output_throughput=output_tokens * per_s,
         total_throughput=(input_tokens + output_tokens) * per_s,
-        **_stats("ttft_ms", ttft_ms),
-        **_stats("tpot_ms", tpot_ms),
-        **_stats("itl_ms", itl_ms),
-        **_stats("e2e_latency_ms", e2e_ms),
+        **latency,
         concurrency=sum(e2e_ms) / 1e3 * per_s,
         max_concurrent_requests=_max_in_flight(live),
         max_output_tokens_per_s=_max_tokens_in_a_second(done, live),
@@ -117,21 +120,28 @@ def compute_level(
             measured,
             workers,
             level,
-            _time_scale([("ITL", itl_ms), ("TPOT", tpot_ms), ("E2E latency", e2e_ms)]),
+            _time_scale(
+                [
+                    ("ITL", latency["median_itl_ms"]),
+                    ("TPOT", latency["median_tpot_ms"]),
+                    ("E2E latency", latency["median_e2e_latency_ms"]),
+                ]
+            ),
         ),
         notes=list(notes),
     )
 
 
-def itl_per_token_ns(record: RequestRecord) -> list[float]:
-    """Gaps between consecutive text chunks, one value per token.
+def itl_ns(record: RequestRecord) -> list[tuple[float, int]]:
+    """Inter-token latency: (gap per token, the tokens it counts for), one pair per gap.
 
     A gap before a chunk carrying k tokens counts k times as gap/k; the gap before a
-    chunk carrying none is carried into the next chunk's gap.
+    chunk carrying none is carried into the next chunk's gap. Pairs, not k copies: a
+    count a server got wrong by orders of magnitude must not become that many floats.
     """
     offsets = record.chunk_offsets_ns
     tokens = record.chunk_tokens
-    gaps: list[float] = []
+    gaps: list[tuple[float, int]] = []
     carried = 0
     for i in range(1, len(offsets)):
         gap = offsets[i] - offsets[i - 1] + carried
@@ -140,7 +150,7 @@ def itl_per_token_ns(record: RequestRecord) -> list[float]:
             carried = gap
             continue
         carried = 0
-        gaps.extend([gap / k] * k)
+        gaps.append((gap / k, k))
     return gaps
 
 
@@ -168,14 +178,35 @@ def _duration_s(records: Sequence[RequestRecord]) -> float:
     return max(end - start, 0) / NS_PER_S
 
 
-def _stats(name: str, values_ms: list[float]) -> dict[str, float | None]:
+def _stats(
+    name: str, values_ms: list[float], counts: list[int] | None = None
+) -> dict[str, float | None]:
+    """Mean, median, std and percentiles of values each counted `counts` times (default 1).
+
+    Exactly numpy's definitions (population std, linear-interpolation percentiles) on
+    the expanded list, computed without expanding it.
+    """
     keys = ("mean", "median", "std", "p90", "p95", "p99")
     if not values_ms:
         return {f"{key}_{name}": None for key in keys}
-    arr = np.asarray(values_ms, dtype=np.float64)
-    p90, p95, p99 = np.percentile(arr, [90, 95, 99])
-    values = (arr.mean(), np.median(arr), arr.std(), p90, p95, p99)
-    return {f"{key}_{name}": float(v) for key, v in zip(keys, values, strict=True)}
+    values = np.asarray(values_ms, dtype=np.float64)
+    weights = np.ones_like(values) if counts is None else np.asarray(counts, dtype=np.float64)
+    order = np.argsort(values, kind="stable")
+    values, weights = values[order], weights[order]
+    total = weights.sum()
+    ends = np.cumsum(weights)  # the expanded list's element j is values[first i: ends[i] > j]
+
+    def percentile(q: float) -> float:
+        position = q / 100 * (total - 1)
+        below = np.floor(position)
+        lo = values[np.searchsorted(ends, below, side="right")]
+        hi = values[np.searchsorted(ends, min(below + 1, total - 1), side="right")]
+        return float(lo + (position - below) * (hi - lo))
+
+    mean = float(np.dot(values, weights) / total)
+    std = float(np.sqrt(np.dot(weights, (values - mean) ** 2) / total))
+    stats = (mean, percentile(50), std, percentile(90), percentile(95), percentile(99))
+    return {f"{key}_{name}": value for key, value in zip(keys, stats, strict=True)}
 
 
 def _input_tokens(done: Sequence[RequestRecord]) -> tuple[int, str]:
@@ -245,15 +276,14 @@ def _goodput(
     return rate, (good / attempted if attempted else None)
 
 
-def _time_scale(latencies_ms: list[tuple[str, list[float]]]) -> tuple[str, float] | None:
+def _time_scale(medians_ms: list[tuple[str, float | None]]) -> tuple[str, float] | None:
     """The finest time the level measured: the first non-zero median, finest first.
 
     ITL is the scale whenever streams carried two chunks apart; a median ITL of 0 (chunks
     read together) or no ITL at all (non-streamed) falls back to TPOT, then E2E.
     """
-    for name, values in latencies_ms:
-        median = float(np.median(values)) if values else 0.0
-        if median > 0:
+    for name, median in medians_ms:
+        if median:
             return f"median {name}", median
     return None
 
