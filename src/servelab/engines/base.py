@@ -71,6 +71,9 @@ class Knobs(BaseModel):
     max_batch_tokens: int | None = Field(
         default=None, ge=1, description="Tokens in one prefill batch or scheduler step."
     )
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="Longest sequence (prompt and output) in tokens."
+    )
 
     def given(self) -> dict[str, Any]:
         """The knobs that are set, in declaration order."""
@@ -108,8 +111,8 @@ class EngineSpec(BaseModel):
     extra_args: list[str] = Field(default_factory=list, description="Native flags passed through.")
     options: dict[str, Any] = Field(
         default_factory=dict,
-        description="Adapter-specific settings (the simulator's timings, `python` for SGLang "
-        "and transformers, `executable` for vLLM).",
+        description="Adapter-specific settings (the simulator's timings, `python` for SGLang, "
+        "transformers and vLLM's module form, `executable` for the `vllm` program).",
     )
     startup_timeout_s: float = Field(default=DEFAULT_STARTUP_TIMEOUT_S, gt=0)
 

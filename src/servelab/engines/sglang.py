@@ -35,6 +35,7 @@ KNOB_FLAGS: dict[str, FlagRule] = {
     "attention_backend": value("--attention-backend"),
     "moe_backend": value("--moe-runner-backend"),
     "max_batch_tokens": value("--max-prefill-tokens"),
+    "max_model_len": value("--context-length"),
 }
 
 

