@@ -34,7 +34,10 @@ from servelab.core.errors import Interrupted
 from servelab.core.provenance import git_sha, host_facts, versions
 from servelab.engines.base import PINNING_FIELDS
 from servelab.store import CatalogRow, RunDir, default_run_name, record_run
-from servelab.telemetry import TelemetrySession, level_telemetry
+from servelab.telemetry import TelemetrySession, summarize_level
+from servelab.telemetry.gpu import GpuTrace
+from servelab.telemetry.logstats import LogStats
+from servelab.telemetry.scrape import EngineTrace
 
 __all__ = ["DEFAULT_WARMUP", "BenchConfig", "BenchOutcome", "default_num_requests", "run_bench"]
 
@@ -101,14 +104,16 @@ def run_bench(
     on_event: Callable[[BenchEvent], None] = lambda _event: None,
     run_dir: RunDir | None = None,
     engine_info: dict[str, Any] | None = None,
+    log_stats: LogStats | None = None,
 ) -> BenchOutcome:
     """Run every level of `config`; results go to `run_dir` (created when not given).
 
     The folder is created after the preflight, so an unreachable endpoint leaves none.
     Client workers are started with multiprocessing's "spawn", so a script that calls
-    this must guard its entry point with `if __name__ == "__main__":`.
+    this must guard its entry point with `if __name__ == "__main__":`. `log_stats`, the
+    stats lines of a launched engine's log, fill the level's engine fields /metrics lacks.
     """
-    return _Session(config, on_event, engine_info).run(run_dir)
+    return _Session(config, on_event, engine_info, log_stats).run(run_dir)
 
 
 class _Session:
@@ -117,10 +122,12 @@ class _Session:
         config: BenchConfig,
         on_event: Callable[[BenchEvent], None],
         engine_info: dict[str, Any] | None,
+        log_stats: LogStats | None,
     ) -> None:
         self.config = config
         self.on_event = on_event
         self.engine_info = engine_info
+        self.log_stats = log_stats
         self.levels: list[LevelSummary] = []
         self.telemetry: TelemetrySession | None = None
 
@@ -267,11 +274,18 @@ class _Session:
     def _with_telemetry(self, summary: LevelSummary, records: list[RequestRecord]) -> LevelSummary:
         """The level's telemetry over its measured span: first send to last completion."""
         measured = [r for r in records if not r.warmup]
-        if self.telemetry is None or not measured:
+        if (self.telemetry is None and self.log_stats is None) or not measured:
             return summary
         t_start = min(r.t_send_ns for r in measured)
         t_end = max(r.t_end_ns for r in measured)
-        window = level_telemetry(self.telemetry, t_start, t_end, summary.total_output_tokens)
+        window = summarize_level(
+            self.telemetry.gpu_trace() if self.telemetry else GpuTrace(),
+            self.telemetry.engine_trace() if self.telemetry else EngineTrace(),
+            t_start,
+            t_end,
+            summary.total_output_tokens,
+            log=self.log_stats.trace() if self.log_stats else None,
+        )
         return summary.model_copy(update={"telemetry": window})
 
     def _run_info(self, preflight: Preflight, counter: TokenCounter | None) -> RunInfo:

@@ -2,7 +2,9 @@
 
 What the engine says while it starts and serves (a default MoE kernel config, CUDA graph
 capture, its KV capacity, out of memory) becomes typed events; when it dies while
-starting, the launch error carries the ones that explain why.
+starting, the launch error carries the ones that explain why. The periodic stats lines
+of vLLM and SGLang (running and waiting requests, KV usage) become engine samples on the
+bench clock (`telemetry.logstats`), for when /metrics is absent or sparse.
 """
 
 from __future__ import annotations
@@ -22,16 +24,18 @@ from servelab.engines.signatures import (
     LogScan,
     SignatureMatcher,
 )
+from servelab.telemetry.logstats import LOG_STATS_ENGINES, LogStats
 
 __all__ = ["WatchedEngine", "describe_event", "launch_watched"]
 
 
 @dataclass(frozen=True, slots=True)
 class WatchedEngine:
-    """A running engine and the matcher reading its log."""
+    """A running engine, the matcher reading its log and its log's stats lines."""
 
     engine: RunningEngine
     matcher: SignatureMatcher | None
+    log_stats: LogStats | None = None
 
     def scan(self) -> LogScan | None:
         """What its log said so far; None for an engine without signatures."""
@@ -47,12 +51,13 @@ def launch_watched(
     """`launch_engine` with a SignatureMatcher on every log line; a launch error gets the
     warnings and errors it matched, each with what to try."""
     matcher = SignatureMatcher(spec.engine) if spec.engine in SIGNATURES else None
+    log_stats = LogStats(spec.engine) if spec.engine in LOG_STATS_ENGINES else None
     try:
         engine = launch_engine(
             spec,
             log_path=log_path,
             on_status=on_status,
-            on_line=None if matcher is None else _feeder(matcher),
+            on_line=_feeder(matcher, log_stats),
         )
     except EngineLaunchError as exc:
         if matcher is not None:
@@ -62,7 +67,7 @@ def launch_watched(
                 if event.severity is not EventSeverity.INFO
             ]
         raise
-    return WatchedEngine(engine, matcher)
+    return WatchedEngine(engine, matcher, log_stats)
 
 
 def describe_event(event: LogEvent) -> str:
@@ -71,8 +76,16 @@ def describe_event(event: LogEvent) -> str:
     return f"{event.kind.value}{repeated}: {event.text} — {KIND_INFO[event.kind].advice}"
 
 
-def _feeder(matcher: SignatureMatcher) -> Callable[[str], None]:
+def _feeder(
+    matcher: SignatureMatcher | None, log_stats: LogStats | None
+) -> Callable[[str], None] | None:
+    if matcher is None and log_stats is None:
+        return None
+
     def feed(line: str) -> None:
-        matcher.feed(line)
+        if matcher is not None:
+            matcher.feed(line)
+        if log_stats is not None:
+            log_stats.feed(line)
 
     return feed

@@ -1,8 +1,9 @@
 """Benchmarking an engine servelab launches: launch from a spec, sweep, stop.
 
 `servelab bench --engine SPEC` and `servelab run` share it: the engine's log goes into the
-run directory and is read live against the known signatures (engine_events.json), its
-/metrics is scraped beside the load, and it is stopped whatever happens.
+run directory and is read live against the known signatures (engine_events.json) and for
+its stats lines, its /metrics is scraped beside the load, and it is stopped whatever
+happens.
 """
 
 from __future__ import annotations
@@ -50,7 +51,11 @@ def bench_engine(
         )
         bench = replace(config, name=name, **engine_fields(watched.engine, metrics=metrics))
         return run_bench(
-            bench, on_event=on_event, run_dir=run_dir, engine_info=engine_info(watched.engine)
+            bench,
+            on_event=on_event,
+            run_dir=run_dir,
+            engine_info=engine_info(watched.engine),
+            log_stats=watched.log_stats,
         )
     finally:
         if watched is not None:

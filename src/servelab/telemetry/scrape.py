@@ -30,7 +30,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from servelab.core.clock import NS_PER_S, now_ns, wall_anchor
@@ -105,7 +105,8 @@ class ParsedMetrics:
 
 @dataclass(frozen=True, slots=True)
 class EngineSample:
-    """One scrape mapped to the common fields; None where the engine does not report one."""
+    """One scrape (or one stats line of the engine's log, `telemetry.logstats`) mapped to the
+    common fields; None where the engine does not report one."""
 
     t_ns: int
     engine: str | None
@@ -115,6 +116,7 @@ class EngineSample:
     gen_throughput: float | None
     prompt_tokens_total: float | None
     generation_tokens_total: float | None
+    source: Literal["metrics", "log"] = "metrics"
 
 
 @dataclass(frozen=True)

@@ -86,12 +86,20 @@ class GpuLevel(BaseModel):
 
 
 class EngineLevel(BaseModel):
-    """The engine's /metrics over a level; None fields where the engine does not report them."""
+    """The engine's /metrics over a level, or its log's stats lines where /metrics has no value
+    for a field; None fields where neither reports them."""
 
     available: bool
-    reason: str | None = None
+    reason: str | None = Field(
+        default=None, description="Why /metrics gave nothing (the log may still have)."
+    )
     engine: str | None = Field(default=None, description="The metric names seen: sglang, vllm.")
-    samples: int = 0
+    samples: int = Field(default=0, description="/metrics scrapes inside the level.")
+    log_samples: int = Field(default=0, description="Stats lines of the log inside the level.")
+    sources: dict[str, Literal["metrics", "log"]] = Field(
+        default_factory=dict,
+        description="Where each of running, queued, kv_usage, gen_throughput came from.",
+    )
     running_mean: float | None = None
     running_max: float | None = None
     queued_mean: float | None = None
@@ -119,14 +127,21 @@ def summarize_level(
     t_start_ns: int,
     t_end_ns: int,
     output_tokens: int | None = None,
+    *,
+    log: EngineTrace | None = None,
 ) -> LevelTelemetry:
-    """Summarise the traces over [t_start_ns, t_end_ns] (bench clock, both ends included)."""
+    """Summarise the traces over [t_start_ns, t_end_ns] (bench clock, both ends included).
+
+    `log` holds the samples of the engine's stats lines (`telemetry.logstats`): a field
+    /metrics has no value for inside the level is taken from them.
+    """
+    metrics = _engine_level(engine, t_start_ns, t_end_ns)
     return LevelTelemetry(
         t_start_ns=t_start_ns,
         t_end_ns=t_end_ns,
         output_tokens=output_tokens,
         gpu=_gpu_level(gpu, t_start_ns, t_end_ns, output_tokens),
-        engine=_engine_level(engine, t_start_ns, t_end_ns),
+        engine=metrics if log is None else _with_log(metrics, log, t_start_ns, t_end_ns),
     )
 
 
@@ -369,6 +384,40 @@ def _gpu_level(trace: GpuTrace, t0: int, t1: int, output_tokens: int | None) -> 
     )
 
 
+_GAUGES = ("running", "queued", "kv_usage", "gen_throughput")
+
+
+def _gauges(samples: Sequence[EngineSample]) -> dict[str, float | None]:
+    """Mean (and max, for all but throughput) of each gauge, by EngineLevel field name."""
+    values: dict[str, float | None] = {}
+    for name in _GAUGES:
+        series = [getattr(sample, name) for sample in samples]
+        values[f"{name}_mean"] = _mean(series)
+        if name != "gen_throughput":
+            values[f"{name}_max"] = _max(series)
+    return values
+
+
+def _with_log(level: EngineLevel, log: EngineTrace, t0: int, t1: int) -> EngineLevel:
+    """`level` with the gauges it lacks taken from the log's stats lines inside [t0, t1]."""
+    inside = _window(log.samples, t0, t1)
+    if not inside:
+        return level
+    from_log = _gauges(inside)
+    update: dict[str, object] = {"log_samples": len(inside)}
+    sources = dict(level.sources)
+    for name in _GAUGES:
+        if getattr(level, f"{name}_mean") is None and from_log[f"{name}_mean"] is not None:
+            update |= {key: v for key, v in from_log.items() if key.startswith(f"{name}_")}
+            sources[name] = "log"
+    if len(sources) == len(level.sources):
+        return level.model_copy(update=update)
+    engine = level.engine or next((s.engine for s in inside if s.engine is not None), None)
+    return level.model_copy(
+        update={**update, "available": True, "engine": engine, "sources": sources}
+    )
+
+
 def _engine_level(trace: EngineTrace, t0: int, t1: int) -> EngineLevel:
     if trace.reason is not None:
         return EngineLevel(available=False, reason=trace.reason)
@@ -385,17 +434,13 @@ def _engine_level(trace: EngineTrace, t0: int, t1: int) -> EngineLevel:
             samples=len(inside),
         )
     around = _window(trace.samples, t0, t1, margin=1)
+    gauges = _gauges(inside)
     return EngineLevel(
         available=True,
         engine=engine,
         samples=len(inside),
-        running_mean=_mean(s.running for s in inside),
-        running_max=_max(s.running for s in inside),
-        queued_mean=_mean(s.queued for s in inside),
-        queued_max=_max(s.queued for s in inside),
-        kv_usage_mean=_mean(s.kv_usage for s in inside),
-        kv_usage_max=_max(s.kv_usage for s in inside),
-        gen_throughput_mean=_mean(s.gen_throughput for s in inside),
+        sources={name: "metrics" for name in _GAUGES if gauges[f"{name}_mean"] is not None},
+        **gauges,
         prompt_tokens=_counter_delta(
             [(s.t_ns, s.prompt_tokens_total) for s in around if s.prompt_tokens_total is not None],
             t0,
