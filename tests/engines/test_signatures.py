@@ -174,6 +174,13 @@ VLLM_STARTUP: Expected = [
             "enable_prefix_caching": True,
         },
     ),
+    (
+        2,
+        "vllm.scheduler_args",
+        1,
+        {"max_num_seqs": 256, "max_model_len": 32768, "max_running_requests": 256},
+    ),
+    (4, "vllm.max_model_len", 1, {"max_model_len": 32768}),
     (5, "vllm.chunked_prefill", 1, {"max_num_batched_tokens": 8192}),
     (6, "vllm.engine_init_version", 1, {"version": "0.11.1"}),
     (16, "vllm.model_loading_took", 1, {"mem_gib": 14.6318, "elapsed_s": 23.185442}),

@@ -487,6 +487,20 @@ def _sglang_retract(match: re.Match[str]) -> Fields:
     return values
 
 
+def _vllm_scheduler_args(match: re.Match[str]) -> Fields:
+    """The running-request cap and step budget in vLLM's `non-default args: {...}` line;
+    `max_num_seqs` is also given as `max_running_requests`, the name SGLang's limits use."""
+    values = _vllm_non_default_args(match)
+    limits: Fields = {
+        key: values[key]
+        for key in ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
+        if key in values
+    }
+    if "max_num_seqs" in limits:
+        limits["max_running_requests"] = limits["max_num_seqs"]
+    return limits
+
+
 def _vllm_preemption(match: re.Match[str]) -> Fields:
     total = re.search(r"total_num_cumulative_preemption=(\d+)", _after(match))
     return {"total_preemptions": int(total.group(1))} if total else {}
@@ -1025,12 +1039,48 @@ _VLLM: tuple[Signature, ...] = (
         "vllm.kv_cache_size_tokens",
         _K.KV_CACHE_CAPACITY,
         _INFO,
-        r"(?P<device>\w+) KV cache size: (?P<tokens>[\d,]+) tokens",
+        r"(?P<device>\w+(?: \+ host)?) KV cache size: (?P<tokens>[\d,]+) tokens",
         literals=("KV cache size: ",),
-        source=Source(VLLM, _VL_KV, "v0.8-v0.2x (thousands separators since v0.8)"),
+        source=Source(
+            VLLM, _VL_KV, "v0.8-v0.32 (thousands separators since v0.8; 'GPU + host' in v0.32)"
+        ),
         example="(EngineCore_DP0 pid=441) INFO 11-24 11:44:18 [kv_cache_utils.py:1234] GPU KV "
         "cache size: 1,587,648 tokens",
         converters={"tokens": _count},
+    ),
+    _sig(
+        "vllm.num_gpu_blocks_override",
+        _K.KV_CACHE_CAPACITY,
+        _INFO,
+        r"Overriding num_gpu_blocks=(?P<blocks_available>\d+) with "
+        r"num_gpu_blocks_override=(?P<blocks>\d+)",
+        literals=("num_gpu_blocks_override=",),
+        source=Source(VLLM, _VL_KV, "v0.32"),
+        example="(EngineCore pid=7120) INFO 12-01 10:02:11 [kv_cache_utils.py:2620] Overriding "
+        "num_gpu_blocks=8192 with num_gpu_blocks_override=12",
+        converters={"blocks_available": int, "blocks": int},
+    ),
+    _sig(
+        "vllm.max_model_len",
+        _K.SCHEDULER_LIMITS,
+        _INFO,
+        r"Using max model len (?P<max_model_len>\d+)",
+        literals=("Using max model len",),
+        source=Source(VLLM, "vllm/config/model.py", "v0.10-v0.32"),
+        example="(APIServer pid=5938) INFO 12-01 09:44:58 [model.py:2152] Using max model len 1024",
+        converters={"max_model_len": int},
+    ),
+    _sig(
+        "vllm.scheduler_args",
+        _K.SCHEDULER_LIMITS,
+        _INFO,
+        r"non-default args: (?P<_args>\{.*'(?:max_num_seqs|max_num_batched_tokens)'.*\})\s*$",
+        literals=("'max_num_seqs'", "'max_num_batched_tokens'"),
+        source=Source(VLLM, "vllm/entrypoints/utils.py", "v0.10-v0.32"),
+        example="(APIServer pid=5938) INFO 12-01 09:44:50 [api_utils.py:286] non-default args: "
+        "{'host': '127.0.0.1', 'port': 8011, 'model': '/models/tiny', 'dtype': 'float32', "
+        "'max_model_len': 1024, 'max_num_seqs': 8}",
+        extract=_vllm_scheduler_args,
     ),
     _sig(
         "vllm.gpu_blocks",
