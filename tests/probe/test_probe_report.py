@@ -1,5 +1,5 @@
-"""The probe assembled: the CLI on this (GPU-less) machine, rendering, and the verdicts on
-measurements and on the host."""
+"""The probe assembled: the CLI with NVML hidden, on a recorded GPU and on this machine as it
+is, rendering, and the verdicts on measurements and on the host."""
 
 from __future__ import annotations
 
@@ -8,6 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from typer.testing import CliRunner
+
+import servelab.probe.collect
+import servelab.probe.nvml
+from servelab.cli import app
 from servelab.cli.probe import write_probe_files
 from servelab.probe.comm.results import (
     AllReduceResult,
@@ -21,47 +27,89 @@ from servelab.probe.comm_verdicts import comm_verdicts
 from servelab.probe.gpu_verdicts import gpu_verdicts
 from servelab.probe.host import HostFacts, NumaNode
 from servelab.probe.host_verdicts import host_verdicts
+from servelab.probe.nvml import RecordedSource, open_nvml_with_reason
 from servelab.probe.report import NvmlStatus, ProbeReport
 from servelab.probe.verdict import Severity
 from servelab.probe.virt import VirtFacts
 from tests.probe.test_gpus import inventory, load, vm_sysfs
 
 SERVELAB = [sys.executable, "-m", "servelab"]
+NO_DRIVER = "libnvidia-ml.so.1 could not be loaded (no NVIDIA driver here)"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*SERVELAB, *args], capture_output=True, text=True, timeout=60)
 
 
-def test_probe_without_a_gpu_gives_host_facts_and_exit_0(tmp_path: Path):
-    result = _run("probe", "--json", "--out", str(tmp_path / "p"))
-    assert result.returncode == 0, result.stderr
+@pytest.fixture
+def no_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML is missing, as on a machine without an NVIDIA driver, whatever this host has."""
+    for module in (servelab.probe.collect, servelab.probe.nvml):
+        monkeypatch.setattr(module, "open_nvml_with_reason", lambda: (None, NO_DRIVER))
+
+
+def test_probe_without_a_gpu_gives_host_facts_and_exit_0(tmp_path: Path, no_nvml: None):
+    result = CliRunner().invoke(app, ["probe", "--json", "--out", str(tmp_path / "p")])
+    assert result.exit_code == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["schema"] == "servelab.probe/1"
     assert document["host"]["logical_cpus"] >= 1
-    assert document["nvml"]["available"] is False
+    assert document["nvml"] == {"available": False, "reason": NO_DRIVER}
     assert document["gpus"] is None
     assert [v["code"] for v in document["verdicts"]].count("no-nvidia-gpu") == 1
     assert json.loads((tmp_path / "p/probe.json").read_text()) == document
     assert "No NVIDIA GPU visible" in (tmp_path / "p/probe.txt").read_text()
 
 
-def test_probe_table_output_names_the_verdict():
-    result = _run("probe")
-    assert result.returncode == 0
+def test_probe_table_output_names_the_verdict(no_nvml: None):
+    result = CliRunner().invoke(app, ["probe"])
+    assert result.exit_code == 0
     assert "Host" in result.stdout
     assert "No NVIDIA GPU visible" in result.stdout
 
 
-def test_bad_out_and_record_without_nvml_are_one_line_errors(tmp_path: Path):
+def test_probe_of_a_gpu_machine_lists_its_gpus(monkeypatch: pytest.MonkeyPatch):
+    h200 = RecordedSource(load("h200_single.json"))
+    monkeypatch.setattr(servelab.probe.collect, "open_nvml_with_reason", lambda: (h200, None))
+    result = CliRunner().invoke(app, ["probe", "--json"])
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["nvml"]["available"] is True
+    assert [gpu["name"] for gpu in document["gpus"]["gpus"]] == ["NVIDIA H200"]
+    assert "no-nvidia-gpu" not in [v["code"] for v in document["verdicts"]]
+
+
+def test_probe_of_this_machine_says_what_nvml_sees_here():
+    source, reason = open_nvml_with_reason()
+    gpus_here = 0 if source is None else source.device_count()
+    if source is not None:
+        source.close()
+    result = _run("probe", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    codes = [v["code"] for v in document["verdicts"]]
+    if source is None:
+        assert document["nvml"] == {"available": False, "reason": reason}
+        assert document["gpus"] is None and "no-nvidia-gpu" in codes
+    else:
+        assert document["nvml"]["available"] is True
+        assert len(document["gpus"]["gpus"]) == gpus_here
+        assert ("no-nvidia-gpu" in codes) == (gpus_here == 0)
+
+
+def test_bad_out_is_a_one_line_error(tmp_path: Path):
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("x")
-    for args in (("--out", str(not_a_folder)), ("--record-nvml", str(tmp_path / "n.json"))):
-        result = _run("probe", *args)
-        assert result.returncode == 2
-        assert result.stderr.startswith("error: ")
-        assert len(result.stderr.strip().splitlines()) == 1
-        assert "Traceback" not in result.stderr
+    result = _run("probe", "--out", str(not_a_folder))
+    assert result.returncode == 2
+    assert result.stderr == f"error: --out {not_a_folder} exists and is not a folder\n"
+
+
+def test_record_without_nvml_is_a_one_line_error(tmp_path: Path, no_nvml: None):
+    result = CliRunner().invoke(app, ["probe", "--record-nvml", str(tmp_path / "n.json")])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: --record-nvml: NVML is not available ({NO_DRIVER})\n"
+    assert not (tmp_path / "n.json").exists()
 
 
 def _host(nodes: int = 1, affinity: list[int] | None = None) -> HostFacts:
