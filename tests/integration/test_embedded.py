@@ -141,3 +141,52 @@ def test_without_a_tokenizer_lengths_are_calibrated_from_usage(embedded, tmp_pat
     assert summary.run.workload["tokens_per_word"] > 0
     # close but not exact: within 15% of 100 tokens plus the chat template
     assert 100 <= level.total_input_tokens / 4 <= 100 * 1.15 + 10
+
+
+def test_run_launches_the_engine_of_a_spec(tmp_path: Path):
+    spec = tmp_path / "sim.yaml"
+    spec.write_text(
+        "engine: sim\nserved_name: capped\nknobs: {max_running_requests: 2}\n"
+        "options: {ttft_ms: 5, itl_ms: 2}\n"
+    )
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [*SERVELAB, "run", "--engine", str(spec), "--concurrency", "1,2,4", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["engine"]["engine"] == "sim" and summary["run"]["target"]["model"] == "capped"
+    assert [lv["completed"] for lv in summary["levels"]] == [16, 16, 16]
+    # the simulator's /metrics, read beside the load: never more than its cap of 2 running
+    running = [lv["telemetry"]["engine"]["running_max"] for lv in summary["levels"]]
+    assert running[-1] == 2 and max(running) == 2
+    report = (out / "report.md").read_text()
+    assert "## Engine command" in report and "--max-running-requests 2" in report
+    with pytest.raises(ProcessLookupError):
+        os.killpg(summary["engine"]["pid"], 0)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--url", "http://127.0.0.1:9"], "give --url (an endpoint) or --engine"),
+        (["--preset", "tiny"], "--preset is for the embedded engine"),
+        (["--model", "m"], "--model names the served model of --url"),
+    ],
+)
+def test_run_refuses_an_engine_spec_with_what_does_not_go_with_it(
+    tmp_path: Path, extra: list[str], message: str
+):
+    spec = tmp_path / "sim.yaml"
+    spec.write_text("engine: sim\n")
+    result = subprocess.run(
+        [*SERVELAB, "run", "--engine", str(spec), *extra, "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and message in result.stderr
+    assert not (tmp_path / "run").exists()

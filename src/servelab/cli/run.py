@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -15,6 +16,8 @@ from servelab.cli.options import JsonOutput, OutDir, RunsDir, check_range, parse
 from servelab.cli.progress import SweepView
 from servelab.core.errors import ConfigError
 from servelab.core.units import parse_duration_s, parse_number_list
+from servelab.engines.embedded.presets import DEFAULT_PRESET
+from servelab.engines.spec import load_spec
 from servelab.pipeline.run import (
     DEFAULT_RUN_INPUT_LEN,
     DEFAULT_RUN_OUTPUT_LEN,
@@ -33,10 +36,19 @@ def run(
         str | None,
         typer.Option(help="Sweep this endpoint instead of launching the embedded engine."),
     ] = None,
+    engine: Annotated[
+        Path | None,
+        typer.Option(
+            "--engine",
+            help="Launch this engine spec (YAML; see `servelab engine check`) instead of the"
+            " embedded engine: vLLM, SGLang, transformers, embedded, sim.",
+        ),
+    ] = None,
     model: Annotated[str | None, typer.Option(help="With --url: the served model name.")] = None,
     preset: Annotated[
-        str, typer.Option(help="Embedded engine preset: tiny (CPU) or h200-ref (GPU).")
-    ] = "tiny",
+        str | None,
+        typer.Option(help="Embedded engine preset: tiny (CPU, the default) or h200-ref (GPU)."),
+    ] = None,
     concurrency: Annotated[str, typer.Option(help="Concurrency levels to sweep.")] = "1,4,16,64",
     input_len: Annotated[int, typer.Option(help="Prompt tokens.")] = DEFAULT_RUN_INPUT_LEN,
     output_len: Annotated[int, typer.Option(help="Output tokens.")] = DEFAULT_RUN_OUTPUT_LEN,
@@ -68,10 +80,22 @@ def run(
 
     With no options: starts the embedded engine (a generated model on the CPU, served by
     transformers serve), sweeps concurrency 1, 4, 16, 64 at 128 input / 64 output tokens.
+
+    With --engine SPEC: the same on the engine the spec launches; with --url: on a running
+    endpoint.
     """
     out_console = Console()
     err = Console(stderr=True)
     with handle_errors(err):
+        given = [name for name, value in (("--url", url), ("--engine", engine)) if value]
+        if len(given) > 1:
+            raise ConfigError("give --url (an endpoint) or --engine (a spec to launch), not both")
+        if given and preset is not None:
+            raise ConfigError(
+                f"--preset is for the embedded engine; it does not go with {given[0]}"
+            )
+        if model is not None and url is None:
+            raise ConfigError("--model names the served model of --url; a spec has served_name")
         check_range("--input-len", input_len, low=1)
         check_range("--output-len", output_len, low=1)
         check_range("--num-requests", num_requests, low=1)
@@ -79,8 +103,9 @@ def run(
             raise ConfigError("give --num-requests or --duration, not both")
         config = RunConfig(
             url=parse_url(url) if url else None,
+            engine=load_spec(engine) if engine is not None else None,
             model=model,
-            preset=preset,
+            preset=preset or DEFAULT_PRESET,
             concurrency=[
                 int(c) for c in parse_number_list(concurrency, what="--concurrency", integer=True)
             ],

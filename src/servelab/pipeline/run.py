@@ -1,7 +1,8 @@
 """`servelab run`: probe → launch (or attach) → sweep → knee → report.md → stop.
 
-With no URL it starts the embedded engine (a generated model served by the real
-`transformers serve` on the CPU), so the whole loop runs on any machine.
+It launches the engine of a spec (vLLM, SGLang, transformers, the simulator, ...), or
+attaches to a URL; with neither it starts the embedded engine (a generated model served by
+the real `transformers serve` on the CPU), so the whole loop runs on any machine.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from servelab.bench.load import LoadMode
 from servelab.bench.results import BenchSummary
 from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.workload import WorkloadSpec
-from servelab.core.errors import Interrupted
+from servelab.core.errors import ConfigError, Interrupted
 from servelab.diagnose import Knee, find_knee
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import RunningEngine
@@ -45,9 +46,11 @@ PROBE_FILENAME = "probe.json"
 
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
-    """`servelab run`'s settings; no URL means the embedded engine at `preset`."""
+    """`servelab run`'s settings: `url` to attach, `engine` to launch a spec; neither means
+    the embedded engine at `preset`."""
 
     url: str | None = None
+    engine: EngineSpec | None = None
     model: str | None = None
     preset: str = "tiny"
     concurrency: list[int] = field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
@@ -81,9 +84,10 @@ def run_pipeline(
     on_event: Callable[[BenchEvent], None] = lambda _e: None,
 ) -> RunResult:
     """Run the whole job; the engine, when launched here, is stopped whatever happens."""
-    name = config.name or (
-        default_run_name(config.url) if config.url else f"embedded-{config.preset}"
-    )
+    if config.url is not None and config.engine is not None:
+        raise ConfigError("give a URL to attach to or an engine spec to launch, not both")
+    spec = config.engine or EngineSpec(engine="embedded", model=config.preset)
+    name = config.name or _run_name(config, spec)
     run_dir = RunDir.create(name=name, out=config.out, root=config.runs_root)
     watched: WatchedEngine | None = None
     try:
@@ -92,7 +96,7 @@ def run_pipeline(
         run_dir.write_text(PROBE_FILENAME, probe.model_dump_json(by_alias=True, indent=2) + "\n")
         if config.url is None:
             watched = launch_watched(
-                EngineSpec(engine="embedded", model=config.preset),
+                spec,
                 log_path=run_dir.path / "engine.log",
                 on_status=lambda message: on_event(Notice(message)),
             )
@@ -100,7 +104,13 @@ def run_pipeline(
         bench = _bench_config(config, name, engine)
         try:
             info = engine_info(engine) if engine else None
-            outcome = run_bench(bench, on_event=on_event, run_dir=run_dir, engine_info=info)
+            outcome = run_bench(
+                bench,
+                on_event=on_event,
+                run_dir=run_dir,
+                engine_info=info,
+                log_stats=watched.log_stats if watched else None,
+            )
         except Interrupted:
             _stop(watched, on_event)
             _write_report(run_dir, _load_summary(run_dir), watched, probe)
@@ -111,6 +121,14 @@ def run_pipeline(
     finally:
         _stop(watched, on_event)
         run_dir.close()
+
+
+def _run_name(config: RunConfig, spec: EngineSpec) -> str:
+    if config.url is not None:
+        return default_run_name(config.url)
+    if config.engine is None:
+        return f"embedded-{config.preset}"
+    return spec.served_name or spec.engine
 
 
 def _stop(watched: WatchedEngine | None, on_event: Callable[[BenchEvent], None]) -> None:
