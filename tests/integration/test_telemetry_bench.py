@@ -9,9 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+import servelab.telemetry.gpu as telemetry_gpu
 from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.workload import WorkloadSpec
+from servelab.cli import app
+from tests.telemetry.fakes import FakeGpuReader
 
 SERVELAB = [sys.executable, "-m", "servelab"]
 
@@ -40,16 +44,21 @@ def test_the_engines_queue_is_seen_per_level(start_sim, tmp_path: Path):
     assert sum(row["kind"] == "metrics" for row in rows) >= 2
 
 
-def test_gpus_without_nvml_is_one_line(tmp_path: Path):
-    result = subprocess.run(
-        [*SERVELAB, "bench", "--url", "http://127.0.0.1:9", "--gpus", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
+def test_gpus_without_nvml_is_one_line(monkeypatch: pytest.MonkeyPatch):
+    reason = "libnvidia-ml.so.1 could not be loaded (no NVIDIA driver here)"
+    monkeypatch.setattr(telemetry_gpu, "open_gpu_reader", lambda: (None, reason))
+    result = CliRunner().invoke(app, ["bench", "--url", "http://127.0.0.1:9", "--gpus", "0"])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: --gpus needs NVML, which is not available: {reason}\n"
+
+
+def test_gpus_beyond_what_nvml_sees_is_one_line(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(telemetry_gpu, "open_gpu_reader", lambda: (FakeGpuReader((250, 250)), None))
+    result = CliRunner().invoke(app, ["bench", "--url", "http://127.0.0.1:9", "--gpus", "2"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: unknown GPU '2' in --gpus (NVML sees 2 GPU(s): indices 0 to 1)\n"
     )
-    assert result.returncode == 2
-    assert "--gpus needs NVML" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_bench_launches_an_engine_from_a_spec_and_stops_it(tmp_path: Path):
