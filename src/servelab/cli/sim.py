@@ -47,6 +47,14 @@ def sim(
         str | None, typer.Option(help="Model profile: weight format (bf16, fp8, nvfp4, int4).")
     ] = None,
     kv_dtype: Annotated[str, typer.Option(help="Model profile: KV cache dtype.")] = "bf16",
+    calibrate: Annotated[
+        Path | None,
+        typer.Option(
+            help="Model-timed profiles (--model, glm5-rtxpro6000-tp8): a `servelab probe"
+            " --comm` probe.json whose measured memory bandwidth, matmul rates, links and"
+            " all-reduce replace the datasheet's, as in `servelab model --calibrate`."
+        ),
+    ] = None,
     time_scale: Annotated[
         float | None,
         typer.Option(
@@ -222,6 +230,7 @@ def sim(
                 dp=dp,
                 weights=weights,
                 kv_dtype=kv_dtype,
+                calibrate=calibrate,
                 max_running_requests=max_running_requests,
                 profile=profile,
                 metrics_style=metrics_style,

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servelab.sim.model_profile import PROFILE_DEFAULTS
+from servelab.sim.model_profile import CALIBRATED_PROFILES, PROFILE_DEFAULTS
 from servelab.sim.stepcost import PROFILES
 
 __all__ = [
@@ -157,6 +157,11 @@ class SimConfig(BaseModel):
     dp: int = Field(default=1, ge=1, description="Model profile: data parallel.")
     weights: str | None = Field(default=None, description="Model profile: weight format.")
     kv_dtype: str = Field(default="bf16", description="Model profile: KV cache dtype.")
+    calibrate: Path | None = Field(
+        default=None,
+        description="Model-timed profiles: a `servelab probe --comm` probe.json whose "
+        "measurements (memory, matmul, links, all-reduce) replace the datasheet's.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -172,6 +177,13 @@ class SimConfig(BaseModel):
         if self.profile is not None and self.profile not in PROFILES:
             names = ", ".join(sorted(PROFILES))
             raise ValueError(f"unknown profile {self.profile!r}; known: {names}")
+        if self.calibrate is not None and self.profile not in CALIBRATED_PROFILES:
+            names = " or ".join(sorted(CALIBRATED_PROFILES))
+            timing = f"the {self.profile} profile" if self.profile else "fixed timing"
+            raise ValueError(
+                f"--calibrate replaces the model's figures: it needs the {names} profile,"
+                f" not {timing}"
+            )
         if self.profile is not None and self.workers > 1:
             raise ValueError(
                 "a batching engine holds one batch in one process: workers must be 1"

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from servelab.sim.stepcost import StepCost
 
 __all__ = [
+    "CALIBRATED_PROFILES",
     "MODEL_PROFILE",
     "PROFILE_DEFAULTS",
     "STORY_PROFILE",
@@ -29,6 +30,8 @@ __all__ = [
 
 MODEL_PROFILE = "model"
 STORY_PROFILE = "glm5-rtxpro6000-tp8"
+CALIBRATED_PROFILES = frozenset({MODEL_PROFILE, STORY_PROFILE})
+"""The profiles timed by the model, which a probe's measurements can calibrate."""
 STORY_STEP_OVERHEAD_MS = 84.0
 """What the story's deployment spent per step beyond the model's bound. A line through its
 measured TPOTs (114.6 ms at 32 concurrent, 131.2 ms at 64) gives 98 ms + 0.52 ms per
@@ -87,15 +90,23 @@ def _from_settings(config: SimConfig) -> StepCost:
             weights=config.weights,
             kv_dtype=config.kv_dtype,
             step_overhead_us=0.0,
+            calibration=config.calibrate,
         )
     )
 
 
-def _story(_config: SimConfig) -> StepCost:
+def _story(config: SimConfig) -> StepCost:
     from servelab.model import deploy
 
     return ModelStepCost(
-        deploy("glm-5-nvfp4", gpu="rtx-pro-6000", tp=8, weights="nvfp4", step_overhead_us=0.0)
+        deploy(
+            "glm-5-nvfp4",
+            gpu="rtx-pro-6000",
+            tp=8,
+            weights="nvfp4",
+            step_overhead_us=0.0,
+            calibration=config.calibrate,
+        )
     )
 
 
