@@ -19,6 +19,7 @@ import typer
 from typer.core import TyperGroup
 
 from servelab.cli.bench import bench
+from servelab.cli.diagnose import diagnose
 from servelab.cli.engine import engine_app
 from servelab.cli.exit_codes import ExitCode
 from servelab.cli.model import model
@@ -79,6 +80,7 @@ app = typer.Typer(
 app.command("probe")(probe)
 app.command("bench")(bench)
 app.command("model")(model)
+app.command("diagnose")(diagnose)
 app.command("run")(run)
 app.command("sim")(sim)
 app.add_typer(engine_app, name="engine")

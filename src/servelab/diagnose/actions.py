@@ -1,0 +1,78 @@
+"""Actions in the engine's own words: a knob and its value, turned into that engine's flags.
+
+The flags come from the adapters' knob maps (`servelab.engines.<engine>.KNOB_FLAGS`),
+the same tables `servelab engine` launches with, so an action can be pasted into a
+launch command or an engine spec. An unknown engine gets the servelab knob instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servelab.diagnose.engineconf import EngineConfig
+from servelab.diagnose.findings import Action
+
+__all__ = ["bench_action", "flag_name_action", "knob_action", "layout_action", "text_action"]
+
+
+def knob_action(conf: EngineConfig, knob: str, value: Any, why: str) -> Action:
+    """`why`, then how to say `knob = value` to this engine."""
+    flags = conf.flags(knob, value)
+    if flags is None:
+        if conf.knobs:
+            text = f"{why} ({conf.name} has no flag for the knob {knob}; see its documentation)"
+        else:
+            text = f"{why}: knob {knob}={_value(value)} (give --engine for the engine's own flag)"
+        return Action(text=text, knob=knob, value=value)
+    if not flags:
+        other = conf.flags(knob, not value) if isinstance(value, bool) else None
+        how = f"remove {' '.join(other)}" if other else "the engine's default"
+        return Action(text=f"{why}: {how}", knob=knob, value=value, engine=conf.name)
+    return Action(
+        text=f"{why}: {' '.join(flags)}", knob=knob, value=value, engine=conf.name, flags=flags
+    )
+
+
+def flag_name_action(conf: EngineConfig, knob: str, why: str) -> Action:
+    """An action on a knob whose right value the run cannot tell: its flag, no value."""
+    flags = conf.flags(knob, 0)
+    if flags:
+        return Action(text=f"{why}: {flags[0]}", knob=knob, engine=conf.name, flags=flags[:1])
+    if conf.knobs:
+        return Action(text=f"{why} ({conf.name} has no flag for the knob {knob})", knob=knob)
+    return Action(text=f"{why}: knob {knob} (give --engine for the engine's own flag)", knob=knob)
+
+
+def layout_action(conf: EngineConfig, change: dict[str, int], why: str) -> Action:
+    """A new parallel layout (several sizes at once) in the engine's flags."""
+    label = ",".join(f"{key}={value}" for key, value in change.items())
+    flags: list[str] = []
+    for key, size in change.items():
+        rule = conf.layout.get(key)
+        if rule is None:
+            return Action(text=f"{why}: layout {label} (give --engine for the engine's flags)")
+        flags += rule(size) if size > 1 else []
+    return Action(
+        text=f"{why}: {' '.join(flags)}", knob="layout", value=label, engine=conf.name, flags=flags
+    )
+
+
+def bench_action(option: str, value: Any, why: str) -> Action:
+    """A `servelab bench` option (a measurement setting, not the engine's)."""
+    return Action(
+        text=f"{why}: servelab bench {option} {_value(value)}",
+        knob=option.lstrip("-"),
+        value=value,
+        flags=[option, _value(value)],
+    )
+
+
+def text_action(text: str) -> Action:
+    """Something to do that no flag says (fix the machine, tune a kernel, read a log)."""
+    return Action(text=text)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)

@@ -1,0 +1,98 @@
+"""The diagnosis document (diagnosis.json, `servelab diagnose --json`): findings and layers.
+
+The single-stream gap is stated in layers, from the hardware's ceiling down to what was
+measured: the roofline of `servelab model` (memory or compute time plus communication
+and its per-step allowance, from the datasheet), the same with the probe's measurements
+in place of the datasheet's, the kernel floor (the same step as replayed kernels: a
+place kept for it, not yet measured) and the engine as configured. Each layer is one
+decode step per token; the shares say how much of the gap each piece of evidence
+accounts for.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servelab.diagnose.findings import Finding
+from servelab.diagnose.knee import Knee
+
+__all__ = ["SCHEMA", "Diagnosis", "GapLayers", "GapShare", "Layer", "SourceStatus"]
+
+SCHEMA = "servelab.diagnosis/1"
+
+
+class Layer(BaseModel):
+    """One layer of the gap: a decode step's time per token at the layers' batch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="roofline, measured links, kernel floor, engine.")
+    available: bool
+    ms_per_token: float | None = Field(default=None, description="Decode step, ms per token.")
+    tokens_per_s: float | None = Field(default=None, description="1000 / ms_per_token.")
+    source: str = Field(description="Where the number comes from.")
+    note: str | None = Field(default=None, description="What it holds, or why it is absent.")
+
+
+class GapShare(BaseModel):
+    """A part of the gap between the roofline and the measured step, and what shows it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    what: str
+    ms_per_token: float
+    share: float = Field(description="Of the whole gap, 0-1.")
+    source: str
+
+
+class GapLayers(BaseModel):
+    """The layers at one operating point (single stream, or the knee)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    point: str = Field(description="'single stream' or 'knee'.")
+    level: int = Field(description="The sweep level measured there.")
+    concurrency: float = Field(description="The level's concurrency (target or Little's).")
+    batch: float = Field(description="Requests decoding together: the model's batch.")
+    batch_source: str
+    layers: list[Layer]
+    gap_ms_per_token: float | None = Field(
+        default=None, description="Measured step - roofline step; None without the model."
+    )
+    shares: list[GapShare] = Field(default_factory=list)
+
+
+class SourceStatus(BaseModel):
+    """Whether one kind of evidence was there, and why not."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    available: bool
+    detail: str
+
+
+class Diagnosis(BaseModel):
+    """Everything `servelab diagnose` says about one run directory."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    schema_: str = Field(default=SCHEMA, alias="schema")
+    run_dir: str
+    run_name: str
+    engine: str | None = Field(description="Whose flags the actions are in; None: knobs.")
+    deployment: str | None = Field(
+        description="The model's deployment, e.g. 'h200-ref on 1x h200'."
+    )
+    time_scale: float = Field(description="The model's times were divided by this.")
+    knee: Knee
+    findings: list[Finding] = Field(description="Most important first.")
+    layers: list[GapLayers] = Field(default_factory=list)
+    sources: dict[str, SourceStatus] = Field(
+        description="summary, gpu telemetry, engine metrics, engine log, probe, model."
+    )
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def top(self) -> Finding | None:
+        """The most important finding."""
+        return self.findings[0] if self.findings else None

@@ -1,0 +1,167 @@
+"""What the engine was configured with, from its command line and its own log.
+
+The knob maps of the engine adapters say both ways: which flag sets a knob (so an action
+can name the engine's own flag) and which flag in a command means a knob was set (so a
+rule can read `--max-running-requests 64` back). The log's resolved settings (SGLang's
+`server_args` and scheduler limits, vLLM's non-default args, KV cache size) come second:
+they hold what the engine chose by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from servelab.engines.knobs import FlagRule
+from servelab.engines.signatures import EventKind, LogEvent
+
+__all__ = ["EngineConfig", "Setting", "engine_config", "knob_flags"]
+
+T = TypeVar("T")
+
+# The engine whose knob map each adapter name uses (the embedded engine is transformers).
+_KNOB_ENGINE = {
+    "sglang": "sglang",
+    "vllm": "vllm",
+    "transformers": "transformers",
+    "embedded": "transformers",
+    "sim": "sim",
+}
+# Log fields that hold a setting, by the setting.
+_RUNNING_CAP_FIELDS = ("max_running_requests", "max_num_seqs")
+_TP_FIELDS = ("tp_size", "tensor_parallel_size")
+_GRAPHS_OFF_FIELDS = ("disable_cuda_graph", "enforce_eager")
+
+
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    """A configured value and where it was read."""
+
+    value: T
+    source: str
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The engine's name, knob map, command and the settings the rules ask about."""
+
+    name: str | None
+    knobs: Mapping[str, FlagRule]
+    layout: Mapping[str, FlagRule]
+    command: list[str]
+    running_cap: Setting[int] | None = None
+    cuda_graphs: Setting[bool] | None = None
+    tp: Setting[int] | None = None
+    kv_capacity_tokens: Setting[int] | None = None
+    kv_full: list[LogEvent] = field(default_factory=list)
+
+    def flags(self, knob: str, value: Any) -> list[str] | None:
+        """The engine's own flags for `knob = value`; None when the engine has no such knob."""
+        rule = self.knobs.get(knob) or self.layout.get(knob)
+        return None if rule is None else rule(value)
+
+
+def knob_flags(engine: str | None) -> tuple[Mapping[str, FlagRule], Mapping[str, FlagRule]]:
+    """The adapter's knob and layout maps (empty for an unknown engine or a plain URL)."""
+    which = _KNOB_ENGINE.get(engine or "")
+    if which == "sglang":
+        from servelab.engines import sglang as adapter
+    elif which == "vllm":
+        from servelab.engines import vllm as adapter  # type: ignore[no-redef]
+    elif which == "sim":
+        from servelab.engines import sim as adapter  # type: ignore[no-redef]
+    elif which == "transformers":
+        from servelab.engines.transformers_serve import KNOB_FLAGS
+
+        return KNOB_FLAGS, {}
+    else:
+        return {}, {}
+    return adapter.KNOB_FLAGS, adapter.LAYOUT_FLAGS
+
+
+def engine_config(
+    engine: str | None, command: list[str], events: list[LogEvent] | None
+) -> EngineConfig:
+    """Read the settings from the command (first) and the log's resolved settings."""
+    knobs, layout = knob_flags(engine)
+    events = events or []
+    return EngineConfig(
+        name=engine,
+        knobs=knobs,
+        layout=layout,
+        command=command,
+        running_cap=_int_from_command(command, knobs.get("max_running_requests"))
+        or _int_from_log(events, _RUNNING_CAP_FIELDS),
+        cuda_graphs=_switch_from_command(command, knobs.get("cuda_graphs")) or _graphs(events),
+        tp=_int_from_command(command, layout.get("tp")) or _int_from_log(events, _TP_FIELDS),
+        kv_capacity_tokens=_kv_capacity(events),
+        kv_full=[e for e in events if e.kind is EventKind.KV_CACHE_FULL],
+    )
+
+
+def _value_of(command: list[str], flag: str) -> str | None:
+    for i, word in enumerate(command):
+        if word == flag and i + 1 < len(command):
+            return command[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def _int_from_command(command: list[str], rule: FlagRule | None) -> Setting[int] | None:
+    if rule is None:
+        return None
+    flags = rule(0)
+    if len(flags) != 2:  # a switch, not `--flag VALUE`
+        return None
+    text = _value_of(command, flags[0])
+    if text is None or not text.lstrip("-").isdigit():
+        return None
+    return Setting(int(text), f"engine command: {flags[0]} {text}")
+
+
+def _switch_from_command(command: list[str], rule: FlagRule | None) -> Setting[bool] | None:
+    if rule is None:
+        return None
+    for state in (False, True):
+        flags = rule(state)
+        if flags and all(flag in command for flag in flags):
+            return Setting(state, f"engine command: {' '.join(flags)}")
+    return None
+
+
+def _line(event: LogEvent) -> str:
+    return f"engine.log line {event.line_no} ({event.kind.value})"
+
+
+def _int_from_log(events: list[LogEvent], names: tuple[str, ...]) -> Setting[int] | None:
+    for event in events:
+        for name in names:
+            value = event.fields.get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return Setting(value, f"{_line(event)}: {name}={value}")
+    return None
+
+
+def _graphs(events: list[LogEvent]) -> Setting[bool] | None:
+    for event in events:
+        if event.kind is EventKind.CUDA_GRAPH_DISABLED:
+            return Setting(False, _line(event))
+        for name in _GRAPHS_OFF_FIELDS:
+            if event.fields.get(name) is True:
+                return Setting(False, f"{_line(event)}: {name}=True")
+    for event in events:
+        if event.kind is EventKind.CUDA_GRAPH_CAPTURE_END:
+            return Setting(True, _line(event))
+    return None
+
+
+def _kv_capacity(events: list[LogEvent]) -> Setting[int] | None:
+    for event in events:
+        if event.kind in (EventKind.KV_CACHE_CAPACITY, EventKind.SCHEDULER_LIMITS):
+            for name in ("tokens", "max_total_num_tokens"):
+                value = event.fields.get(name)
+                if isinstance(value, int) and value > 0:
+                    return Setting(value, f"{_line(event)}: {value:,} tokens")
+    return None

@@ -1,0 +1,208 @@
+"""The run as the rules see it: each level's numbers, its telemetry, and the model beside it.
+
+Built once from the run directory, so each rule is a small function of `RunFacts`. The
+decode batch of a level (what the model is asked about) is the engine's own mean count
+of running requests where /metrics had it; else, by Little's law applied to the decode
+phase, concurrency x (1 - mean TTFT / mean E2E) (the share of each request's time spent
+decoding rather than waiting or prefilling), bounded by a configured running cap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servelab.bench.results import BenchSummary, LevelSummary
+from servelab.diagnose.engineconf import EngineConfig
+from servelab.diagnose.inputs import ProbeDoc
+from servelab.diagnose.knee import Knee
+from servelab.diagnose.modelview import ModelView
+from servelab.engines.signatures import EventKind, LogEvent
+from servelab.model import StepBreakdown
+from servelab.telemetry.summary import EngineLevel, GpuStats
+
+__all__ = ["MODEL_FASTER_TOLERANCE", "LevelFacts", "ModelPoint", "RunFacts", "level_facts"]
+
+MODEL_FASTER_TOLERANCE = 0.8
+"""A run faster than this share of the model's TPOT means the model does not describe it
+(another GPU or model, speculative decoding, a simulator's time scale): the model is an
+upper bound on speed, and measurement noise plus the model's approximations are worth
+10-15%, not 20%."""
+
+
+@dataclass(frozen=True)
+class ModelPoint:
+    """The model at one level's batch and request lengths."""
+
+    tpot_ms: float
+    step: StepBreakdown
+    datasheet_tpot_ms: float | None
+
+
+@dataclass(frozen=True)
+class LevelFacts:
+    """One level of the sweep with what the rules derive from it."""
+
+    summary: LevelSummary
+    load: float
+    closed: bool
+    input_tokens: float
+    output_tokens: float
+    batch: float
+    batch_source: str
+    engine: EngineLevel | None
+    gpu: GpuStats | None
+    kv_capacity_tokens: float | None = None
+    preemptions: float | None = None
+    model: ModelPoint | None = None
+
+    @property
+    def level(self) -> int:
+        return self.summary.level
+
+    @property
+    def source(self) -> str:
+        return f"summary.json level {self.summary.level}"
+
+    @property
+    def label(self) -> str:
+        if self.closed:
+            return f"concurrency {self.summary.max_concurrency}"
+        return f"{self.summary.request_rate:g} req/s"
+
+    @property
+    def tokens_per_request(self) -> float:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def tpot_ms(self) -> float | None:
+        return self.summary.mean_tpot_ms
+
+    @property
+    def ratio(self) -> float | None:
+        """Measured TPOT / the model's at this batch."""
+        if self.model is None or self.tpot_ms is None or not self.model.tpot_ms:
+            return None
+        return self.tpot_ms / self.model.tpot_ms
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """Everything the rules read, and the state of each source of evidence."""
+
+    summary: BenchSummary
+    levels: list[LevelFacts]
+    knee: Knee
+    engine: EngineConfig
+    events: list[LogEvent] | None
+    probe: ProbeDoc | None
+    model: ModelView | None
+    missing: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    model_detail: str = ""
+
+    @property
+    def closed(self) -> list[LevelFacts]:
+        """Closed-loop levels with completed requests, by concurrency."""
+        return sorted(
+            (lv for lv in self.levels if lv.closed and lv.summary.completed > 0),
+            key=lambda lv: lv.load,
+        )
+
+    @property
+    def measured(self) -> list[LevelFacts]:
+        """Levels with completed requests, by load."""
+        return sorted(
+            (lv for lv in self.levels if lv.summary.completed > 0), key=lambda lv: lv.load
+        )
+
+    def level(self, index: int) -> LevelFacts:
+        return next(lv for lv in self.levels if lv.level == index)
+
+    def events_of(self, *kinds: EventKind) -> list[LogEvent]:
+        return [e for e in self.events or [] if e.kind in kinds]
+
+    def knee_level(self) -> LevelFacts | None:
+        if not self.knee.found:
+            return None
+        return next(
+            (lv for lv in self.closed if lv.summary.max_concurrency == self.knee.concurrency),
+            None,
+        )
+
+    def after_knee(self) -> list[LevelFacts]:
+        """Closed-loop levels beyond the knee."""
+        if not self.knee.found or self.knee.concurrency is None:
+            return []
+        return [lv for lv in self.closed if lv.load > self.knee.concurrency]
+
+
+def level_facts(
+    summary: LevelSummary,
+    *,
+    workload: dict[str, object],
+    running_cap: int | None,
+    raw: dict[str, float | None],
+    model: ModelView | None,
+) -> LevelFacts:
+    """One level's facts; `raw` holds what only metrics.jsonl has (capacity, preemptions)."""
+    closed = summary.max_concurrency is not None
+    load = float(summary.max_concurrency) if closed else summary.concurrency
+    done = summary.completed
+    input_tokens = summary.total_input_tokens / done if done else _number(workload, "input_len")
+    output_tokens = summary.total_output_tokens / done if done else _number(workload, "output_len")
+    telemetry = summary.telemetry
+    engine = telemetry.engine if telemetry and telemetry.engine.available else None
+    gpu = telemetry.gpu.overall if telemetry and telemetry.gpu.available else None
+    batch, batch_source = _batch(summary, load, engine, running_cap)
+    point = _model_point(model, batch, input_tokens, output_tokens) if model and done else None
+    return LevelFacts(
+        summary=summary,
+        load=load,
+        closed=closed,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        batch=batch,
+        batch_source=batch_source,
+        engine=engine,
+        gpu=gpu,
+        kv_capacity_tokens=raw.get("kv_capacity_tokens"),
+        preemptions=raw.get("preemptions"),
+        model=point,
+    )
+
+
+def _number(workload: dict[str, object], key: str) -> float:
+    value = workload.get(key)
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _batch(
+    summary: LevelSummary, load: float, engine: EngineLevel | None, cap: int | None
+) -> tuple[float, str]:
+    if engine is not None and engine.running_mean is not None:
+        return max(engine.running_mean, 1.0), "engine metrics: running requests (mean)"
+    ttft, e2e = summary.mean_ttft_ms, summary.mean_e2e_latency_ms
+    if ttft is not None and e2e:
+        batch = load * max(0.0, 1.0 - ttft / e2e)
+        how = "concurrency x (1 - TTFT / E2E)"
+    else:
+        batch, how = load, "the level's concurrency"
+    if cap is not None and batch > cap:
+        return float(cap), f"{how}, at most the running cap {cap}"
+    return max(batch, 1.0), how
+
+
+def _model_point(
+    model: ModelView, batch: float, input_tokens: float, output_tokens: float
+) -> ModelPoint:
+    context = input_tokens + output_tokens / 2
+    datasheet = (
+        model.tpot_ms(batch, input_tokens, output_tokens, datasheet=True)
+        if model.datasheet is not None
+        else None
+    )
+    return ModelPoint(
+        tpot_ms=model.tpot_ms(batch, input_tokens, output_tokens),
+        step=model.decode(batch, context),
+        datasheet_tpot_ms=datasheet,
+    )

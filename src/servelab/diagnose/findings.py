@@ -1,0 +1,168 @@
+"""A finding: one bottleneck (or a fact that matters), with its evidence and what to try.
+
+Every number a rule uses is kept as `Evidence` naming where it came from (a level of
+summary.json, the GPU telemetry, an engine metric, a line of engine.log, a probe verdict,
+a term of the model), so a reader can check it. Evidence that would have mattered but
+was not there is listed under `missing`, and the confidence says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Action",
+    "Evidence",
+    "ExpectedGain",
+    "Finding",
+    "FindingKind",
+    "Severity",
+    "Tally",
+    "combine",
+]
+
+
+class FindingKind(StrEnum):
+    """What limits the run, or what else the run shows that matters."""
+
+    RUNNING_REQUEST_CAP = "running_request_cap"
+    KV_CAPACITY = "kv_capacity"
+    LAUNCH_OVERHEAD = "launch_overhead"
+    COMM_LATENCY = "comm_latency"
+    MEMORY_BOUND = "memory_bound"
+    PREFILL_COMPUTE = "prefill_compute"
+    CLIENT_BOUND = "client_bound"
+    ERRORS = "errors"
+    MOE_CONFIG_MISSING = "moe_config_missing"
+    ACCURACY_WARNING = "accuracy_warning"
+    SLO_VIOLATION = "slo_violation"
+    NOT_SATURATED = "not_saturated"
+
+
+class Severity(StrEnum):
+    """critical: it limits the run by a large factor, or the run cannot be trusted;
+    warning: it costs speed or quality; info: a fact worth knowing (the healthy verdict)."""
+
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        return list(Severity).index(self)
+
+
+class Evidence(BaseModel):
+    """One number (or fact) a rule used, and where it was read."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    what: str = Field(description="What the value is, e.g. 'running requests (max)'.")
+    value: float | int | str | bool | None
+    unit: str | None = Field(default=None, description="e.g. 'ms', 'tok/s', '%', 'requests'.")
+    source: str = Field(
+        description="Where it came from: 'summary.json level 3', 'telemetry level 3', an "
+        "engine metric name, 'engine.log line 42', 'probe verdict p2p-not-supported', "
+        "'model: decode step'."
+    )
+    supports: bool = Field(
+        default=True, description="False for evidence that speaks against the finding."
+    )
+
+
+class Action(BaseModel):
+    """What to change: a knob with its value and, where the engine is known, its own flags."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(description="The action as a sentence, flags included.")
+    knob: str | None = Field(
+        default=None, description="servelab's knob (engine spec) or bench option, if any."
+    )
+    value: str | int | float | bool | None = None
+    engine: str | None = Field(default=None, description="Whose flags `flags` are.")
+    flags: list[str] = Field(
+        default_factory=list, description="The engine's own flags, e.g. ['--max-num-seqs', '256']."
+    )
+
+
+class ExpectedGain(BaseModel):
+    """How much faster the change should make the run, where the model (or sweep) can say."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    factor: float = Field(description="New / old of `metric`: 2.0 is twice as fast.")
+    metric: str = Field(description="e.g. 'total throughput', 'single-stream tok/s'.")
+    at: str | None = Field(default=None, description="The operating point, e.g. 'concurrency 128'.")
+    source: str = Field(description="'model', or how it was estimated from the sweep.")
+    text: str
+
+
+class Finding(BaseModel):
+    """One explained bottleneck or fact, with its evidence, its confidence and what to try."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: FindingKind
+    title: str
+    severity: Severity
+    confidence: float = Field(ge=0, le=1, description="How sure the rule is, from its evidence.")
+    evidence: list[Evidence]
+    explanation: str = Field(description="Why this causes what was measured.")
+    actions: list[Action] = Field(default_factory=list)
+    expected_gain: ExpectedGain | None = None
+    missing: list[str] = Field(
+        default_factory=list, description="Evidence that was not available, and what it costs."
+    )
+    levels: list[int] = Field(default_factory=list, description="The sweep levels it is about.")
+    impact: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Share of the time it accounts for (1 - 1/expected gain, or the rule's "
+        "own measure); orders findings of equal severity.",
+    )
+
+
+def combine(*weights: float) -> float:
+    """Independent pieces of evidence, each right with probability w, as a noisy OR.
+
+    Two sources of 0.5 give 0.75; the result stays below 0.95 because no rule sees
+    everything that happens inside an engine.
+    """
+    doubt = 1.0
+    for weight in weights:
+        doubt *= 1.0 - max(0.0, min(weight, 1.0))
+    return round(min(1.0 - doubt, 0.95), 3)
+
+
+@dataclass
+class Tally:
+    """A rule's evidence as it is gathered, each independent source with its weight."""
+
+    evidence: list[Evidence] = field(default_factory=list)
+    sources: dict[str, float] = field(default_factory=dict)
+
+    def add(self, source: str, weight: float, evidence: list[Evidence]) -> bool:
+        """Count `source` if it brought evidence; True if it did."""
+        if not evidence:
+            return False
+        self.evidence += evidence
+        self.sources[source] = max(weight, self.sources.get(source, 0.0))
+        return True
+
+    def note(self, evidence: Evidence | None) -> None:
+        """Evidence shown for context (or against), not counted as a source."""
+        if evidence is not None:
+            self.evidence.append(evidence)
+
+    def count(self, *sources: str) -> int:
+        """How many of these sources brought evidence."""
+        return sum(source in self.sources for source in sources)
+
+    @property
+    def confidence(self) -> float:
+        return combine(*self.sources.values())

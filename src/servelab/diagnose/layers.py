@@ -1,0 +1,126 @@
+"""The gap in layers at the lightest load (single stream) and at the knee.
+
+roofline (datasheet) -> roofline with the probe's measured figures -> kernel floor (a
+place kept for it: not yet measured) -> the engine as configured (measured TPOT). The gap
+is measured minus the datasheet roofline; its shares are what the probe's measurements
+account for, then the engine's excess over the calibrated model split into its per-step
+and per-request parts (`servelab.diagnose.gap`).
+"""
+
+from __future__ import annotations
+
+from servelab.diagnose.document import GapLayers, GapShare, Layer
+from servelab.diagnose.facts import LevelFacts, RunFacts
+from servelab.diagnose.gap import split_excess
+
+__all__ = ["KERNEL_FLOOR_NOTE", "gap_layers"]
+
+KERNEL_FLOOR_NOTE = (
+    "not measured yet: the same decode step as replayed kernels (a kernel count per step "
+    "times a per-kernel latency) sits here once it is"
+)
+
+
+def gap_layers(facts: RunFacts) -> list[GapLayers]:
+    """The layers at single stream and, when it is another level, at the knee."""
+    levels = facts.closed or facts.measured
+    if not levels:
+        return []
+    points = [("single stream", levels[0])]
+    knee = facts.knee_level()
+    if knee is not None and knee.level != levels[0].level:
+        points.append(("knee", knee))
+    return [_layers(facts, point, lv) for point, lv in points]
+
+
+def _per_token(ms: float | None) -> float | None:
+    return 1000.0 / ms if ms else None
+
+
+def _layers(facts: RunFacts, point: str, lv: LevelFacts) -> GapLayers:
+    measured = lv.tpot_ms
+    engine = Layer(
+        name="engine as configured (measured)",
+        available=measured is not None,
+        ms_per_token=measured,
+        tokens_per_s=_per_token(measured),
+        source=f"{lv.source}: mean TPOT",
+        note=f"{facts.engine.name or 'the engine'} at {lv.label}",
+    )
+    kernel = Layer(
+        name="kernel floor", available=False, source="replayed kernels", note=KERNEL_FLOOR_NOTE
+    )
+    common = {
+        "point": point,
+        "level": lv.level,
+        "concurrency": lv.load,
+        "batch": round(lv.batch, 2),
+        "batch_source": lv.batch_source,
+    }
+    if lv.model is None or facts.model is None:
+        roofline = Layer(
+            name="roofline",
+            available=False,
+            source="model",
+            note=facts.missing.get("model", "no model"),
+        )
+        return GapLayers(**common, layers=[roofline, kernel, engine])
+    scale = facts.model.time_scale
+    step = lv.model.step
+    parts = (
+        f"{step.bound}-bound; per step: GPU busy {step.gpu_busy_s * 1e3 / scale:.3g} ms, "
+        f"communication {step.communication_s * 1e3 / scale:.3g} ms, overhead "
+        f"{step.overhead_s * 1e3 / scale:.3g} ms, plus others' prefills"
+    )
+    datasheet = lv.model.datasheet_tpot_ms or lv.model.tpot_ms
+    layers = [
+        Layer(
+            name="roofline (datasheet)",
+            available=True,
+            ms_per_token=datasheet,
+            tokens_per_s=_per_token(datasheet),
+            source="servelab model: memory or compute, communication, per-step allowance",
+            note=parts if lv.model.datasheet_tpot_ms is None else None,
+        )
+    ]
+    if lv.model.datasheet_tpot_ms is not None:
+        layers.append(
+            Layer(
+                name="roofline (the probe's measured figures)",
+                available=True,
+                ms_per_token=lv.model.tpot_ms,
+                tokens_per_s=_per_token(lv.model.tpot_ms),
+                source="servelab model calibrated by the probe",
+                note=parts,
+            )
+        )
+    layers += [kernel, engine]
+    gap = measured - datasheet if measured is not None else None
+    return GapLayers(**common, layers=layers, gap_ms_per_token=gap, shares=_shares(facts, lv, gap))
+
+
+def _shares(facts: RunFacts, lv: LevelFacts, gap: float | None) -> list[GapShare]:
+    if gap is None or gap <= 0 or lv.model is None:
+        return []
+    parts: list[tuple[str, float, str]] = []
+    if lv.model.datasheet_tpot_ms is not None:
+        parts.append(
+            (
+                "the probe's measured figures (memory, matmul, links)",
+                lv.model.tpot_ms - lv.model.datasheet_tpot_ms,
+                "model calibrated by the probe",
+            )
+        )
+    split = split_excess(facts, lv)
+    if split is not None and split.per_step_ms is not None and split.neighbour is not None:
+        source = f"{lv.source} and {split.neighbour.source}, against the model"
+        parts.append(("engine, per step (launches, scheduling, host)", split.per_step_ms, source))
+        parts.append(("engine, per running request", split.per_request_ms or 0.0, source))
+    elif split is not None:
+        parts.append(
+            ("engine (not split: needs a level at another batch)", split.excess_ms, lv.source)
+        )
+    return [
+        GapShare(what=what, ms_per_token=round(ms, 4), share=round(ms / gap, 3), source=source)
+        for what, ms, source in parts
+    ]

@@ -1,0 +1,221 @@
+"""`kv_capacity`: the KV cache was full, so the engine could not run more requests at once.
+
+Each running request holds its prompt and its output so far in the cache; when the cache
+is full, newcomers wait (SGLang, the simulator) or running ones are preempted and
+recomputed (vLLM, SGLang's retractions). What shows it:
+
+- the engine's KV usage near full at a level where requests waited;
+- preemptions (vLLM's counter) or retractions in the log;
+- the cache's size (the log's, or /metrics') over the tokens of one request: no more
+  requests fit than ran, and fewer than the level asked;
+- the sweep's queueing past the knee, and the model's KV capacity near the knee.
+
+It cannot tell a full cache from a running cap without /metrics or the log's KV size.
+"""
+
+from __future__ import annotations
+
+from servelab.diagnose.actions import flag_name_action, knob_action
+from servelab.diagnose.facts import LevelFacts, RunFacts
+from servelab.diagnose.findings import (
+    Action,
+    Evidence,
+    ExpectedGain,
+    Finding,
+    FindingKind,
+    Severity,
+    Tally,
+)
+from servelab.diagnose.signals import fmt, held_back, queueing_beyond_knee
+from servelab.model import KvDtype
+
+__all__ = ["KV_FIT_SHARE", "KV_FULL", "KV_MODEL_ROOM", "kv_pressure", "rule"]
+
+KV_FULL = 0.9
+"""KV usage at or above this is full: engines admit until the pool is used, keeping a
+small reserve (vLLM's watermark, SGLang's decode headroom) and whole pages."""
+KV_FIT_SHARE = 0.7
+"""The running count reached at least this share of the requests the cache holds: the
+cache, not something else, was the limit (requests of uneven length fit unevenly)."""
+KV_MODEL_ROOM = 1.5
+"""The model's cache holding at least this many times the running count means room: the
+model's capacity is an estimate (engines reserve memory it does not know about)."""
+FP8_KV = "fp8_e4m3"
+"""A KV cache dtype both SGLang and vLLM accept."""
+
+_WEIGHTS = {"usage": 0.6, "preemption": 0.6, "capacity": 0.5, "sweep": 0.4, "model": 0.3}
+_DIRECT = ("usage", "preemption", "capacity", "sweep")
+
+
+def kv_pressure(facts: RunFacts, lv: LevelFacts) -> dict[str, list[Evidence]]:
+    """The direct signs of a full cache at one level, by source."""
+    found: dict[str, list[Evidence]] = {}
+    engine = lv.engine
+    if engine is not None and engine.kv_usage_max is not None and engine.kv_usage_max >= KV_FULL:
+        found["usage"] = [
+            Evidence(
+                what=f"KV cache usage (max) at {lv.label}",
+                value=fmt(100 * engine.kv_usage_max),
+                unit="%",
+                source=f"engine metrics ({engine.engine}) level {lv.level}",
+            )
+        ]
+    if lv.preemptions:
+        found["preemption"] = [
+            Evidence(
+                what=f"preemptions during {lv.label}",
+                value=lv.preemptions,
+                unit="requests",
+                source="engine metrics: vllm:num_preemptions_total",
+            )
+        ]
+    fit = _fit(facts, lv)
+    if fit is not None:
+        found["capacity"] = [fit]
+    return found
+
+
+def rule(facts: RunFacts) -> list[Finding]:
+    about = [lv for lv in facts.closed if held_back(lv)] or facts.after_knee()
+    tally = Tally()
+    for lv in about:
+        for source, evidence in kv_pressure(facts, lv).items():
+            tally.add(source, _WEIGHTS[source], evidence)
+    full_events = [
+        Evidence(
+            what=event.kind.value,
+            value=event.text[:200],
+            source=f"engine.log line {event.line_no} (x{event.count})",
+        )
+        for event in facts.engine.kv_full
+    ]
+    tally.add("preemption", _WEIGHTS["preemption"], full_events)
+    queueing = queueing_beyond_knee(facts)
+    if not tally.sources:
+        model_says = _model_limit(facts)
+        if not (queueing and model_says and facts.engine.running_cap is None):
+            return []
+        tally.add("model", _WEIGHTS["model"], [model_says])
+    tally.add("sweep", _WEIGHTS["sweep"], queueing)
+    for lv in about:
+        tally.evidence += held_back(lv)
+    running = _running(about)
+    severity = Severity.CRITICAL if tally.count(*_DIRECT) >= 2 else Severity.WARNING
+    gain = _gain(facts, about, running)
+    missing = []
+    if facts.missing.get("metrics"):
+        missing.append(f"engine metrics: {facts.missing['metrics']} (KV usage, running counts)")
+    if facts.engine.kv_capacity_tokens is None and facts.events is None:
+        missing.append(f"engine log: {facts.missing.get('log', 'absent')} (the KV cache's size)")
+    where = f" at {running:g} running requests" if running else ""
+    return [
+        Finding(
+            kind=FindingKind.KV_CAPACITY,
+            title=f"the KV cache is full{where}: requests wait for room",
+            severity=severity,
+            confidence=tally.confidence,
+            evidence=tally.evidence,
+            explanation=(
+                "Every running request keeps its prompt and its output so far in the KV "
+                "cache. Once the cache is full the engine admits no one until a request "
+                "finishes (or preempts one and recomputes it later), so the batch stops "
+                "growing with the load: throughput flattens and TTFT grows by whole "
+                "request times."
+            ),
+            actions=_actions(facts),
+            expected_gain=gain,
+            missing=missing,
+            levels=[lv.level for lv in about],
+            impact=max(0.0, 1 - 1 / gain.factor) if gain else 0.3,
+        )
+    ]
+
+
+def _capacity(facts: RunFacts, lv: LevelFacts) -> tuple[float, str] | None:
+    """The engine's own KV size: /metrics first, then its log."""
+    if lv.kv_capacity_tokens:
+        return lv.kv_capacity_tokens, "engine metrics: sglang:max_total_num_tokens"
+    conf = facts.engine.kv_capacity_tokens
+    if conf is not None:
+        return float(conf.value), conf.source
+    return None
+
+
+def _fit(facts: RunFacts, lv: LevelFacts) -> Evidence | None:
+    """The cache holds fewer requests of this size than the level asked, and they ran."""
+    capacity = _capacity(facts, lv)
+    if capacity is None or not lv.closed:
+        return None
+    tokens, source = capacity
+    fits = tokens / max(lv.tokens_per_request, 1.0)
+    if fits >= lv.load:
+        return None
+    running = lv.engine.running_max if lv.engine is not None else None
+    if running is not None and running < KV_FIT_SHARE * fits:
+        return None
+    return Evidence(
+        what=f"requests of {lv.tokens_per_request:,.0f} tokens the cache of {tokens:,.0f} holds",
+        value=fmt(fits),
+        unit="requests",
+        source=source,
+    )
+
+
+def _model_limit(facts: RunFacts) -> Evidence | None:
+    """The model's KV limit near the knee, when the engine's own numbers are missing."""
+    knee = facts.knee_level()
+    if knee is None or facts.model is None:
+        return None
+    fits = facts.model.kv_max_concurrency(round(knee.input_tokens), round(knee.output_tokens))
+    if fits > KV_MODEL_ROOM * knee.load:
+        return None
+    return Evidence(
+        what="requests of this size the model's KV cache holds",
+        value=fits,
+        unit="requests",
+        source="model: KV capacity",
+    )
+
+
+def _running(about: list[LevelFacts]) -> float | None:
+    peaks = [lv.engine.running_max for lv in about if lv.engine and lv.engine.running_max]
+    return float(round(max(peaks))) if peaks else None
+
+
+def _actions(facts: RunFacts) -> list[Action]:
+    actions = [flag_name_action(facts.engine, "mem_fraction", "give the KV cache more memory")]
+    model = facts.model
+    if model is None or model.deployment.kv_dtype is KvDtype.BF16:
+        actions.append(
+            knob_action(
+                facts.engine, "kv_cache_dtype", FP8_KV, "halve each token's KV with an fp8 cache"
+            )
+        )
+    return actions
+
+
+def _gain(facts: RunFacts, about: list[LevelFacts], running: float | None) -> ExpectedGain | None:
+    """The model's throughput with an fp8 cache, at the concurrency twice the room holds."""
+    model = facts.model
+    if model is None or not about or model.deployment.kv_dtype is not KvDtype.BF16:
+        return None
+    fp8 = model.variant(kv_dtype=KvDtype.FP8)
+    lv = about[-1]
+    base = running or lv.batch
+    if fp8 is None or base < 1:
+        return None
+    inp, out = round(lv.input_tokens), max(round(lv.output_tokens), 1)
+    wider = min(lv.load, 2 * base)
+    before = model.total_tokens_per_s(round(base), inp, out)
+    after = fp8.total_tokens_per_s(round(wider), inp, out)
+    if before <= 0 or after <= before:
+        return None
+    factor = after / before
+    return ExpectedGain(
+        factor=fmt(factor),
+        metric="total throughput",
+        at=f"concurrency {wider:g}",
+        source="model",
+        text=f"an fp8 KV cache holds twice the requests: up to {factor:.1f}x at {wider:g} "
+        "concurrent, per the model",
+    )

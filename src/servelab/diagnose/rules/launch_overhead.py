@@ -1,0 +1,180 @@
+"""`launch_overhead`: the GPU waits for the host; each step costs far more than its work.
+
+A decode step's work is what the model counts (bytes read, FLOPs, collectives). An engine
+that launches each kernel from Python (no CUDA graphs), schedules in the step's critical
+path or synchronises with the host every step spends time the GPU is idle. What shows it:
+
+- the model: measured TPOT at the lightest load well above the model's at the same batch,
+  the excess mostly per step (the same whatever the batch: see `servelab.diagnose.gap`);
+- GPU telemetry: low power and idle SMs while the load runs;
+- the configuration: CUDA graphs off (the command or the log).
+
+Under tensor parallelism the same per-step excess can be all-reduces slower than the
+model assumed; degraded links in the probe make `comm_latency` the likelier reading.
+"""
+
+from __future__ import annotations
+
+from servelab.diagnose.actions import knob_action, text_action
+from servelab.diagnose.facts import LevelFacts, RunFacts
+from servelab.diagnose.findings import (
+    Action,
+    Evidence,
+    ExpectedGain,
+    Finding,
+    FindingKind,
+    Severity,
+    Tally,
+)
+from servelab.diagnose.gap import Split, split_excess
+from servelab.diagnose.signals import degraded_links, fmt, gpu_idle
+
+__all__ = ["CRITICAL_RATIO", "OVERHEAD_RATIO", "rule"]
+
+OVERHEAD_RATIO = 1.5
+"""Measured TPOT this many times the model's: a third of the step is not the hardware's
+work. Good engines reach 80-90% of the datasheet (the probe's memory copy: 89%), so a
+well-tuned one sits at 1.1-1.3x the model."""
+CRITICAL_RATIO = 3.0
+"""Two thirds of the step outside the hardware's work."""
+
+_WEIGHTS = {"model": 0.5, "telemetry": 0.5, "config": 0.6}
+_COMM_SHARED_WEIGHT = 0.35
+"""The model's gap counts less when the excess may be communication (TP with bad links)."""
+
+
+def rule(facts: RunFacts) -> list[Finding]:
+    levels = facts.closed or facts.measured
+    if not levels:
+        return []
+    low = levels[0]
+    tally = Tally()
+    ratio = low.ratio
+    if ratio is not None and ratio < OVERHEAD_RATIO:
+        return []  # near the model: there is no overhead to explain
+    links = degraded_links(facts) if facts.model is not None and facts.model.parallel else []
+    split = split_excess(facts, low)
+    if ratio is not None:
+        weight = _COMM_SHARED_WEIGHT if links else _WEIGHTS["model"]
+        tally.add("model", weight, _gap_evidence(low, ratio, split))
+    tally.add("telemetry", _WEIGHTS["telemetry"], gpu_idle(low))
+    graphs = facts.engine.cuda_graphs
+    if graphs is not None:
+        seen = Evidence(
+            what="CUDA graphs", value="off" if not graphs.value else "on", source=graphs.source
+        )
+        if graphs.value:
+            seen.supports = False
+            tally.note(seen)
+        else:
+            tally.add("config", _WEIGHTS["config"], [seen])
+    if "model" not in tally.sources and "telemetry" not in tally.sources:
+        return []
+    strong = len(tally.sources) >= 2
+    severity = (
+        Severity.CRITICAL
+        if strong and (ratio is None or ratio >= CRITICAL_RATIO)
+        else Severity.WARNING
+    )
+    gain = _gain(low, ratio, split)
+    missing = [f"{key}: {why}" for key, why in facts.missing.items() if key in ("model", "gpu")]
+    if links:
+        missing.append(
+            "the probe shows degraded GPU links: part of this excess may be communication "
+            "(see comm_latency)"
+        )
+    return [
+        Finding(
+            kind=FindingKind.LAUNCH_OVERHEAD,
+            title=_title(low, ratio),
+            severity=severity,
+            confidence=tally.confidence,
+            evidence=tally.evidence,
+            explanation=_explanation(split, graphs is not None and graphs.value),
+            actions=_actions(facts, graphs is not None and graphs.value),
+            expected_gain=gain,
+            missing=missing,
+            levels=[low.level],
+            impact=max(0.0, 1 - 1 / gain.factor) if gain else 0.5,
+        )
+    ]
+
+
+def _title(low: LevelFacts, ratio: float | None) -> str:
+    if ratio is None:
+        return f"the GPU is idle most of each step at {low.label}"
+    return f"each decode step takes {ratio:.1f}x the model's at {low.label}: host overhead"
+
+
+def _gap_evidence(low: LevelFacts, ratio: float, split: Split | None) -> list[Evidence]:
+    assert low.model is not None and low.tpot_ms is not None
+    found = [
+        Evidence(what=f"TPOT at {low.label}", value=fmt(low.tpot_ms), unit="ms", source=low.source),
+        Evidence(
+            what=f"model TPOT at batch {low.batch:.3g}",
+            value=fmt(low.model.tpot_ms),
+            unit="ms",
+            source="model: decode step",
+        ),
+        Evidence(what="measured / model", value=fmt(ratio), unit="x", source=low.source),
+    ]
+    if split is not None and split.per_step_ms is not None and split.neighbour is not None:
+        found.append(
+            Evidence(
+                what=f"per-step part of the excess (from {split.neighbour.label})",
+                value=fmt(split.per_step_ms),
+                unit="ms",
+                source=f"{low.source}, {split.neighbour.source} with the model",
+            )
+        )
+    return found
+
+
+def _explanation(split: Split | None, graphs_on: bool) -> str:
+    text = (
+        "Each decode step costs the engine much more than the hardware's work for it: the "
+        "GPU waits while the host launches kernels one by one, schedules the batch or "
+        "synchronises. The cost is paid every step, so it sets the single-stream speed."
+    )
+    if split is not None and split.per_step_ms is not None and split.per_request_ms is not None:
+        text += (
+            f" Of the excess, {split.per_step_ms:,.1f} ms per step is the same whatever the "
+            f"batch and {split.per_request_ms:,.1f} ms grows with the requests in it."
+        )
+    if graphs_on:
+        text += " CUDA graphs are on, so the time goes elsewhere: the scheduler, sampling, Python."
+    return text
+
+
+def _actions(facts: RunFacts, graphs_on: bool) -> list[Action]:
+    actions = []
+    if not graphs_on:
+        actions.append(
+            knob_action(facts.engine, "cuda_graphs", True, "replay each step as a CUDA graph")
+        )
+    actions.append(
+        text_action(
+            "profile a few decode steps (the engine's torch profiler) to see what the host "
+            "does between kernels"
+        )
+    )
+    return actions
+
+
+def _gain(low: LevelFacts, ratio: float | None, split: Split | None) -> ExpectedGain | None:
+    if low.tpot_ms is None or ratio is None:
+        return None
+    metric = "single-stream tok/s" if low.load == 1 else f"decode speed at {low.label}"
+    if split is not None and split.per_step_ms is not None:
+        remaining = low.tpot_ms - split.per_step_ms
+        factor = low.tpot_ms / remaining if remaining > 0 else ratio
+        how = "removing the per-step excess"
+    else:
+        factor, how = ratio, "a step as short as the model's"
+    return ExpectedGain(
+        factor=fmt(factor),
+        metric=metric,
+        at=low.label,
+        source="model and the sweep",
+        text=f"{how}: up to {factor:.1f}x {metric}",
+    )

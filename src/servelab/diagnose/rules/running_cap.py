@@ -1,0 +1,217 @@
+"""`running_request_cap`: the engine's limit on requests running at once made the knee.
+
+The story's plateau: SGLang's `--max-running-requests 64` held the batch at 64 while the
+sweep asked for 128, so throughput stopped growing and the extra requests queued. What
+shows it, independently:
+
+- the engine's /metrics: running requests flat at R below the load, with requests
+  waiting, while the KV cache has room (else it is `kv_capacity`);
+- the configuration: the cap in the engine's command or its log, at or below the load;
+- the sweep: past the knee TTFT jumps while TPOT stays (the batch did not grow);
+- the model: the hardware's ceiling still grows past the knee (so the knee is not its).
+
+It cannot tell a cap from a full KV cache without /metrics or the log's KV size, and says
+so; nor a cap from a scheduler that admits slowly for another reason.
+"""
+
+from __future__ import annotations
+
+from servelab.diagnose.actions import knob_action
+from servelab.diagnose.facts import LevelFacts, RunFacts
+from servelab.diagnose.findings import (
+    Evidence,
+    ExpectedGain,
+    Finding,
+    FindingKind,
+    Severity,
+    Tally,
+)
+from servelab.diagnose.knee import KNEE_GROWTH_PER_DOUBLING
+from servelab.diagnose.rules.kv_capacity import KV_MODEL_ROOM, kv_pressure
+from servelab.diagnose.signals import fmt, held_back, model_growth, queueing_beyond_knee
+
+__all__ = ["CAP_MATCH", "rule"]
+
+CAP_MATCH = 0.05
+"""Running counts within 5% (or one request) of the cap are at the cap: metrics are
+sampled once a second and a finishing request leaves its slot briefly empty."""
+
+_WEIGHTS = {"metrics": 0.6, "config": 0.5, "sweep": 0.4, "model": 0.3}
+_DIRECT = ("metrics", "config", "sweep")
+
+
+def rule(facts: RunFacts) -> list[Finding]:
+    held = [lv for lv in facts.closed if held_back(lv)]
+    cap = facts.engine.running_cap
+    queueing = queueing_beyond_knee(facts)
+    observed = _observed_cap(held)
+    tally = Tally()
+    if observed is not None:
+        tally.add("metrics", _WEIGHTS["metrics"], [e for lv in held for e in held_back(lv)])
+    limit = observed or (cap.value if cap else None) or _knee_cap(facts, queueing)
+    if limit is None:
+        return []
+    top_load = max((lv.load for lv in facts.closed), default=0.0)
+    if cap is not None and cap.value < top_load:
+        agrees = observed is None or _near(observed, cap.value)
+        configured = Evidence(
+            what="configured running-request cap",
+            value=cap.value,
+            unit="requests",
+            source=cap.source,
+            supports=agrees,
+        )
+        if agrees:
+            tally.add("config", _WEIGHTS["config"], [configured])
+        else:
+            tally.note(configured)
+    tally.add("sweep", _WEIGHTS["sweep"], queueing)
+    if not tally.sources:
+        return []
+    about = held or facts.after_knee()
+    if any(kv_pressure(facts, lv) for lv in about):
+        return []  # the cache, not a cap, held the batch: kv_capacity says so
+    growth = _growth(facts, limit)
+    if growth is not None and growth.supports:
+        tally.add("model", _WEIGHTS["model"], [growth])
+    else:
+        tally.note(growth)
+    tally.note(_kv_room(facts, limit))
+    grows = growth is None or growth.supports
+    strong = tally.count(*_DIRECT) >= 2
+    severity = Severity.CRITICAL if strong and grows else Severity.WARNING
+    new_cap = _new_cap(facts, limit)
+    gain = _gain(facts, limit, new_cap)
+    return [
+        Finding(
+            kind=FindingKind.RUNNING_REQUEST_CAP,
+            title=f"running requests capped at {limit:g}: the sweep's knee",
+            severity=severity,
+            confidence=tally.confidence,
+            evidence=tally.evidence,
+            explanation=(
+                f"The engine runs at most {limit:g} requests at once; the rest wait for a "
+                "slot. Past the cap more concurrency only lengthens the queue (TTFT grows by "
+                "whole request times) while the batch, and so the throughput, stays where it "
+                "was, although the hardware's ceiling still grows with the batch."
+            ),
+            actions=[
+                knob_action(
+                    facts.engine,
+                    "max_running_requests",
+                    new_cap,
+                    f"raise the running-request cap to {new_cap}",
+                )
+            ],
+            expected_gain=gain,
+            missing=_missing(facts, observed),
+            levels=[lv.level for lv in about],
+            impact=max(0.0, 1 - 1 / gain.factor) if gain else 0.3,
+        )
+    ]
+
+
+def _near(value: float, cap: float) -> bool:
+    return abs(value - cap) <= max(1.0, CAP_MATCH * cap)
+
+
+def _observed_cap(held: list[LevelFacts]) -> float | None:
+    """The running count the held-back levels share, if they share one."""
+    peaks = [lv.engine.running_max for lv in held if lv.engine and lv.engine.running_max]
+    if not peaks:
+        return None
+    top = max(peaks)
+    return float(round(top)) if all(_near(peak, top) for peak in peaks) else None
+
+
+def _knee_cap(facts: RunFacts, queueing: list[Evidence]) -> float | None:
+    """Without metrics or a configured cap: the knee's concurrency, if the sweep queued."""
+    knee = facts.knee_level()
+    return knee.load if knee is not None and queueing else None
+
+
+def _growth(facts: RunFacts, limit: float) -> Evidence | None:
+    after = facts.after_knee()
+    if not after:
+        return None
+    growth = model_growth(facts, limit, after[-1].load, after[-1])
+    if growth is None:
+        return None
+    return Evidence(
+        what=f"the model's growth per doubling from {limit:g} to {after[-1].load:g}",
+        value=fmt(growth),
+        unit="x",
+        source="model: throughput by concurrency",
+        supports=growth >= KNEE_GROWTH_PER_DOUBLING,
+    )
+
+
+def _kv_room(facts: RunFacts, limit: float) -> Evidence | None:
+    """How many requests of this size the KV cache holds: more than the cap, or not."""
+    lv = (facts.after_knee() or facts.closed or [None])[-1]
+    if lv is None:
+        return None
+    capacity, source = _capacity(facts, lv)
+    if capacity is None:
+        return None
+    fits = capacity / max(lv.tokens_per_request, 1.0)
+    return Evidence(
+        what=f"requests of {lv.tokens_per_request:,.0f} tokens the KV cache holds",
+        value=int(fits),
+        unit="requests",
+        source=source,
+        supports=fits >= KV_MODEL_ROOM * limit,
+    )
+
+
+def _capacity(facts: RunFacts, lv: LevelFacts) -> tuple[float | None, str]:
+    if lv.kv_capacity_tokens:
+        return lv.kv_capacity_tokens, "engine metrics: KV capacity"
+    if facts.engine.kv_capacity_tokens is not None:
+        return float(facts.engine.kv_capacity_tokens.value), facts.engine.kv_capacity_tokens.source
+    if facts.model is not None:
+        return float(facts.model.kv_capacity_tokens()), "model: KV capacity"
+    return None, ""
+
+
+def _new_cap(facts: RunFacts, limit: float) -> int:
+    """The largest load tested, or twice the cap, bounded by what the KV cache holds."""
+    top = max((lv.load for lv in facts.closed), default=limit)
+    wanted = max(top, 2 * limit)
+    lv = (facts.after_knee() or facts.closed)[-1]
+    capacity, _ = _capacity(facts, lv)
+    if capacity is not None:
+        wanted = min(wanted, capacity / max(lv.tokens_per_request, 1.0))
+    return max(int(wanted), int(limit) + 1)
+
+
+def _gain(facts: RunFacts, limit: float, new_cap: int) -> ExpectedGain | None:
+    if facts.model is None:
+        return None
+    lv = (facts.after_knee() or facts.closed)[-1]
+    inp, out = round(lv.input_tokens), max(round(lv.output_tokens), 1)
+    before = facts.model.total_tokens_per_s(round(limit), inp, out)
+    after = facts.model.total_tokens_per_s(new_cap, inp, out)
+    if before <= 0 or after <= before:
+        return None
+    factor = after / before
+    return ExpectedGain(
+        factor=fmt(factor),
+        metric="total throughput",
+        at=f"concurrency {new_cap}",
+        source="model",
+        text=f"raising the cap to {new_cap}: up to {factor:.1f}x at {new_cap} concurrent, "
+        "per the model",
+    )
+
+
+def _missing(facts: RunFacts, observed: float | None) -> list[str]:
+    missing = []
+    if observed is None and facts.missing.get("metrics"):
+        missing.append(
+            f"engine metrics: {facts.missing['metrics']}; without running and waiting counts a "
+            "cap cannot be told from a full KV cache"
+        )
+    if facts.missing.get("model"):
+        missing.append(f"model: {facts.missing['model']}; no expected gain")
+    return missing

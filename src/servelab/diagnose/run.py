@@ -1,0 +1,112 @@
+"""`diagnose_run`: a run directory in, a `Diagnosis` out (and written as diagnosis.json).
+
+The rules run on the run's facts; findings on levels the client could not drive are
+marked less certain; the findings are ordered worst first: severity, then how much of the
+time each accounts for times how sure it is, then confidence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from servelab.diagnose.collect import collect_facts
+from servelab.diagnose.document import Diagnosis, SourceStatus
+from servelab.diagnose.facts import RunFacts
+from servelab.diagnose.findings import Finding, FindingKind
+from servelab.diagnose.inputs import load_run
+from servelab.diagnose.layers import gap_layers
+from servelab.diagnose.options import DiagnoseOptions
+from servelab.diagnose.rules import RULES
+from servelab.store import RunDir
+
+__all__ = ["CLIENT_BOUND_DISCOUNT", "DIAGNOSIS_FILE", "diagnose_run", "rank"]
+
+DIAGNOSIS_FILE = "diagnosis.json"
+CLIENT_BOUND_DISCOUNT = 0.5
+"""A finding about levels the client could not drive is half as certain."""
+
+_SOURCES = {
+    "gpu": "GPU telemetry",
+    "metrics": "engine metrics",
+    "log": "engine log",
+    "probe": "probe",
+    "model": "model",
+}
+
+
+def diagnose_run(
+    path: Path | str, options: DiagnoseOptions | None = None, *, write: bool = True
+) -> Diagnosis:
+    """Diagnose the run in `path`; with `write`, diagnosis.json goes into it."""
+    options = options or DiagnoseOptions()
+    run_dir = Path(path)
+    files = load_run(run_dir, engine=options.engine, probe=options.probe)
+    facts = collect_facts(files, options)
+    findings = rank(_discount([f for rule in RULES for f in rule(facts)]))
+    diagnosis = Diagnosis(
+        run_dir=str(run_dir),
+        run_name=facts.summary.run.name,
+        engine=facts.engine.name,
+        deployment=facts.model.label if facts.model is not None else None,
+        time_scale=options.time_scale,
+        knee=facts.knee,
+        findings=findings,
+        layers=gap_layers(facts),
+        sources=_sources(facts, files.events_source, files.probe_source),
+        notes=facts.notes,
+    )
+    if write:
+        RunDir(run_dir).write_json(DIAGNOSIS_FILE, diagnosis)
+    return diagnosis
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    """Worst first: severity, then impact x confidence, then confidence, then kind."""
+    order = list(FindingKind)
+    return sorted(
+        findings,
+        key=lambda f: (
+            f.severity.rank,
+            -f.impact * f.confidence,
+            -f.confidence,
+            order.index(f.kind),
+        ),
+    )
+
+
+def _discount(findings: list[Finding]) -> list[Finding]:
+    """Other findings resting on client-bound levels lose half their confidence."""
+    bound = {level for f in findings if f.kind is FindingKind.CLIENT_BOUND for level in f.levels}
+    out = []
+    for finding in findings:
+        hit = sorted(bound & set(finding.levels))
+        if finding.kind is FindingKind.CLIENT_BOUND or not hit:
+            out.append(finding)
+            continue
+        out.append(
+            finding.model_copy(
+                update={
+                    "confidence": round(finding.confidence * CLIENT_BOUND_DISCOUNT, 3),
+                    "missing": [
+                        *finding.missing,
+                        f"level(s) {', '.join(map(str, hit))} were client-bound",
+                    ],
+                }
+            )
+        )
+    return out
+
+
+def _sources(facts: RunFacts, events: str, probe: str) -> dict[str, SourceStatus]:
+    status = {"summary": SourceStatus(available=True, detail="summary.json")}
+    present = {
+        "gpu": "summary.json levels' telemetry.gpu",
+        "metrics": "summary.json levels' telemetry.engine, metrics.jsonl",
+        "log": events,
+        "probe": probe,
+        "model": facts.model_detail,
+    }
+    for key, name in _SOURCES.items():
+        why = facts.missing.get(key)
+        status[name] = SourceStatus(available=why is None, detail=why or present[key])
+    return status

@@ -1,0 +1,171 @@
+"""Signals several rules read: a queue in front of the engine, an idle GPU, degraded links.
+
+Each returns its Evidence (or nothing), so a rule adds what it found and a reader sees
+the same numbers whichever rule used them. Thresholds are relative to the level's own
+numbers where a relative one exists; each constant says why it is where it is.
+"""
+
+from __future__ import annotations
+
+import math
+
+from servelab.diagnose.facts import LevelFacts, RunFacts
+from servelab.diagnose.findings import Evidence
+
+__all__ = [
+    "ADMITTED_SHARE",
+    "GPU_IDLE_POWER_PCT",
+    "GPU_IDLE_SM_PCT",
+    "LINK_VERDICTS",
+    "QUEUE_TPOT_RATIO",
+    "QUEUE_TTFT_RATIO",
+    "degraded_links",
+    "fmt",
+    "gpu_idle",
+    "held_back",
+    "model_growth",
+    "queueing_beyond_knee",
+]
+
+ADMITTED_SHARE = 0.9
+"""A level whose engine ran at most this share of the requests in flight, with some
+waiting, was admission-limited: a closed loop keeps `concurrency` requests at the engine,
+and the only reason for fewer to run is that the engine would not take more."""
+QUEUE_TTFT_RATIO = 2.0
+"""Past the knee, median TTFT this many times the knee's: requests waited outside the
+batch. A cap or a full cache makes a newcomer wait for a whole request to finish (an E2E,
+many TTFTs long), so a doubling of load at least doubles TTFT."""
+QUEUE_TPOT_RATIO = 1.25
+"""... while TPOT grew by at most a quarter: the batch did not grow with the load. A
+batch that grew with the load (compute saturation) raises TPOT with it."""
+GPU_IDLE_POWER_PCT = 40.0
+"""Mean power under this % of the limit: a decode that keeps the GPU busy reading weights
+draws well over half of it (the H200 reference: 19% with 2% SM activity when idle-bound)."""
+GPU_IDLE_SM_PCT = 25.0
+"""GPM SM activity under this %: the SMs are idle most of the step."""
+LINK_VERDICTS = (
+    "p2p-not-supported",
+    "p2p-access-denied",
+    "p2p-copy-slow",
+    "p2p-copy-corrupt",
+    "nccl-not-p2p",
+    "vm-flat-topology",
+)
+"""Probe verdicts that say GPU-to-GPU traffic takes a slower path than the links allow."""
+
+
+def fmt(value: float, digits: int = 3) -> float:
+    """A value rounded for evidence: `digits` significant figures."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return round(value, max(0, digits - 1 - math.floor(math.log10(abs(value)))))
+
+
+def held_back(level: LevelFacts) -> list[Evidence]:
+    """The engine's own metrics show it ran fewer requests than were in flight, with a queue."""
+    engine = level.engine
+    if engine is None or engine.running_max is None or not level.closed:
+        return []
+    queued = engine.queued_max or 0.0
+    if engine.running_max > ADMITTED_SHARE * level.load or queued < 1:
+        return []
+    source = f"engine metrics ({engine.engine}) level {level.level}"
+    return [
+        Evidence(
+            what=f"running requests (max) at {level.label}",
+            value=engine.running_max,
+            unit="requests",
+            source=source,
+        ),
+        Evidence(what="waiting requests (max)", value=queued, unit="requests", source=source),
+    ]
+
+
+def queueing_beyond_knee(facts: RunFacts) -> list[Evidence]:
+    """Past the knee TTFT jumped while TPOT stayed: requests queued outside a fixed batch."""
+    knee = facts.knee_level()
+    after = facts.after_knee()
+    if knee is None or not after:
+        return []
+    nxt = after[0]
+    k, n = knee.summary, nxt.summary
+    if not (k.median_ttft_ms and n.median_ttft_ms and k.mean_tpot_ms and n.mean_tpot_ms):
+        return []
+    ttft_ratio = n.median_ttft_ms / k.median_ttft_ms
+    tpot_ratio = n.mean_tpot_ms / k.mean_tpot_ms
+    if ttft_ratio < QUEUE_TTFT_RATIO or tpot_ratio > QUEUE_TPOT_RATIO:
+        return []
+    return [
+        Evidence(
+            what=f"median TTFT, {nxt.label} / {knee.label}",
+            value=fmt(ttft_ratio),
+            unit="x",
+            source=f"{knee.source}, {nxt.source}",
+        ),
+        Evidence(
+            what=f"mean TPOT, {nxt.label} / {knee.label}",
+            value=fmt(tpot_ratio),
+            unit="x",
+            source=f"{knee.source}, {nxt.source}",
+        ),
+    ]
+
+
+def model_growth(facts: RunFacts, low: float, high: float, lv: LevelFacts) -> float | None:
+    """The model's total-throughput growth per doubling from `low` to `high` concurrency."""
+    if facts.model is None or high <= low:
+        return None
+    model = facts.model
+    inp, out = round(lv.input_tokens), max(round(lv.output_tokens), 1)
+    a = model.total_tokens_per_s(round(low), inp, out)
+    b = model.total_tokens_per_s(round(high), inp, out)
+    if a <= 0:
+        return None
+    return float((b / a) ** (1 / math.log2(high / low)))
+
+
+def gpu_idle(level: LevelFacts) -> list[Evidence]:
+    """GPU telemetry of a level that shows the GPU waiting: low power and idle SMs."""
+    gpu = level.gpu
+    if gpu is None or gpu.power_mean_pct is None:
+        return []
+    sm = gpu.gpm_sm_util_mean_pct
+    if gpu.power_mean_pct > GPU_IDLE_POWER_PCT or (sm is not None and sm > GPU_IDLE_SM_PCT):
+        return []
+    source = f"telemetry level {level.level}"
+    found = [
+        Evidence(
+            what="GPU power (mean), % of the limit",
+            value=fmt(gpu.power_mean_pct),
+            unit="%",
+            source=source,
+        )
+    ]
+    if sm is not None:
+        found.append(
+            Evidence(what="SM activity (GPM, mean)", value=fmt(sm), unit="%", source=source)
+        )
+    if gpu.util_mean_pct is not None:
+        found.append(
+            Evidence(
+                what="NVML utilization (mean)",
+                value=fmt(gpu.util_mean_pct),
+                unit="%",
+                source=source,
+            )
+        )
+    return found
+
+
+def degraded_links(facts: RunFacts) -> list[Evidence]:
+    """Probe verdicts that say GPU-to-GPU copies take a slower path than the links allow."""
+    if facts.probe is None:
+        return []
+    return [
+        Evidence(
+            what=verdict.title,
+            value=verdict.evidence[0] if verdict.evidence else verdict.severity.value,
+            source=f"probe verdict {verdict.code}",
+        )
+        for verdict in facts.probe.verdict(*LINK_VERDICTS)
+    ]

@@ -1,0 +1,180 @@
+"""A diagnosis as Rich tables and as Markdown: findings worst first, the layers, the sources.
+
+Pure renderers: a `Diagnosis` in, renderables or text out; the CLI prints them and
+report.md embeds the Markdown.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from servelab.diagnose.document import Diagnosis, GapLayers
+from servelab.diagnose.findings import Evidence, Finding, Severity
+
+__all__ = ["render_diagnosis", "render_diagnosis_markdown"]
+
+_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "green"}
+_EVIDENCE_SHOWN = 4
+
+
+def render_diagnosis(diagnosis: Diagnosis) -> RenderableType:
+    """The findings table, each finding's evidence and actions, the layers, the sources."""
+    parts: list[RenderableType] = [_findings(diagnosis)]
+    parts += [_details(i, finding) for i, finding in enumerate(diagnosis.findings, 1)]
+    parts += [_layers(layers) for layers in diagnosis.layers]
+    parts.append(_sources(diagnosis))
+    return Group(*parts)
+
+
+def render_diagnosis_markdown(diagnosis: Diagnosis) -> str:
+    """The same as Markdown, for report.md."""
+    lines = [f"Deployment: {diagnosis.deployment or 'not modelled'}.", ""]
+    if not diagnosis.findings:
+        lines += ["No finding: nothing in the evidence stands out.", ""]
+    for i, finding in enumerate(diagnosis.findings, 1):
+        lines += [
+            f"{i}. **{finding.severity.value}** `{finding.kind.value}` "
+            f"({finding.confidence:.0%}): {finding.title}",
+            "",
+            f"   {finding.explanation}",
+            "",
+        ]
+        lines += [f"   - {_evidence_text(e)}" for e in finding.evidence]
+        lines += [f"   - try: {a.text}" for a in finding.actions]
+        if finding.expected_gain is not None:
+            lines.append(f"   - expected: {finding.expected_gain.text}")
+        lines += [f"   - missing: {m}" for m in finding.missing]
+        lines.append("")
+    for layers in diagnosis.layers:
+        lines += [f"Layers at {layers.point} ({_point(layers)}):", ""]
+        lines += ["| layer | ms per token | tok/s | source |", "|---|---|---|---|"]
+        for layer in layers.layers:
+            lines.append(
+                f"| {layer.name} | {_ms(layer.ms_per_token)} | {_rate(layer.tokens_per_s)} | "
+                f"{layer.source if layer.available else layer.note or layer.source} |"
+            )
+        lines += [""] + [
+            f"- {share.share:.0%} of the gap ({share.ms_per_token:,.3g} ms): {share.what}"
+            for share in layers.shares
+        ]
+        lines.append("")
+    lines += [f"- {note}" for note in diagnosis.notes]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _findings(diagnosis: Diagnosis) -> Table:
+    table = Table(
+        title=f"Diagnosis of {escape(diagnosis.run_name)}"
+        + (f" ({escape(diagnosis.deployment)})" if diagnosis.deployment else ""),
+        title_justify="left",
+        caption=diagnosis.knee.explanation,
+        caption_justify="left",
+    )
+    for name, justify in (
+        ("#", "right"),
+        ("severity", "left"),
+        ("kind", "left"),
+        ("confidence", "right"),
+        ("finding", "left"),
+        ("expected gain", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    if not diagnosis.findings:
+        table.add_row("", "", "", "", "nothing in the evidence stands out", "")
+    for i, finding in enumerate(diagnosis.findings, 1):
+        gain = finding.expected_gain
+        table.add_row(
+            str(i),
+            Text(finding.severity.value, style=_STYLE[finding.severity]),
+            finding.kind.value,
+            f"{finding.confidence:.0%}",
+            escape(finding.title),
+            escape(f"{gain.factor:g}x {gain.metric}") if gain else "-",
+        )
+    return table
+
+
+def _details(index: int, finding: Finding) -> Table:
+    table = Table(
+        title=f"{index}. {escape(finding.kind.value)}: {escape(finding.explanation)}",
+        title_justify="left",
+        show_header=False,
+        box=None,
+        pad_edge=False,
+    )
+    table.add_column(style="bold")
+    table.add_column()
+    shown = finding.evidence[:_EVIDENCE_SHOWN]
+    for evidence in shown:
+        table.add_row("evidence", escape(_evidence_text(evidence)))
+    if len(finding.evidence) > len(shown):
+        table.add_row("", f"and {len(finding.evidence) - len(shown)} more (--json)")
+    for action in finding.actions:
+        table.add_row("try", escape(action.text))
+    if finding.expected_gain is not None:
+        table.add_row("expected", escape(finding.expected_gain.text))
+    for missing in finding.missing:
+        table.add_row("missing", escape(missing))
+    return table
+
+
+def _layers(layers: GapLayers) -> Table:
+    table = Table(
+        title=f"The gap at {layers.point} ({_point(layers)})",
+        title_justify="left",
+        caption=_shares_caption(layers),
+        caption_justify="left",
+    )
+    for name, justify in (("layer", "left"), ("ms per token", "right"), ("tok/s", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    table.add_column("source", justify="left")
+    for layer in layers.layers:
+        table.add_row(
+            escape(layer.name),
+            _ms(layer.ms_per_token),
+            _rate(layer.tokens_per_s),
+            escape(layer.source if layer.available else layer.note or layer.source),
+        )
+    return table
+
+
+def _sources(diagnosis: Diagnosis) -> Table:
+    table = Table(title="Evidence", title_justify="left", show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_column()
+    for name, status in diagnosis.sources.items():
+        mark = Text("yes", style="green") if status.available else Text("no", style="yellow")
+        table.add_row(name, mark, escape(status.detail))
+    for note in diagnosis.notes:
+        table.add_row("note", "", escape(note))
+    return table
+
+
+def _point(layers: GapLayers) -> str:
+    return f"level {layers.level}, concurrency {layers.concurrency:g}, batch {layers.batch:g}"
+
+
+def _shares_caption(layers: GapLayers) -> str | None:
+    if not layers.shares:
+        return None
+    parts = [f"{share.share:.0%} {share.what}" for share in layers.shares]
+    gap = layers.gap_ms_per_token or 0.0
+    return f"gap {gap:,.3g} ms per token: " + "; ".join(parts)
+
+
+def _evidence_text(evidence: Evidence) -> str:
+    unit = f" {evidence.unit}" if evidence.unit else ""
+    against = " (against)" if not evidence.supports else ""
+    return f"{evidence.what}: {evidence.value}{unit} [{evidence.source}]{against}"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.3g}"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
