@@ -278,7 +278,7 @@ def _pool(count: int, endpoint: EndpointConfig):
             parent_end, child_end = ctx.Pipe()
             process = ctx.Process(
                 target=worker_main,
-                args=(w, endpoint, child_end, inbox),
+                args=(w, endpoint, child_end, inbox, os.getpid()),
                 daemon=True,
                 name=f"servelab-worker-{w}",
             )

@@ -6,8 +6,9 @@ phase `("ack", w)` when the phase has arrived, batches of records `("records", w
 bytes)`, and `("done", w, stats)` at its end. A phase only starts with the `Start` that
 follows it, which the parent sends once every worker has acknowledged its phase: a
 large phase that is slow to deliver then delays the start, not one worker's arrivals.
-Putting records and "done" on the same queue keeps them ordered. Workers ignore SIGINT:
-the parent decides what Ctrl-C means and tells them to stop.
+Putting records and "done" on the same queue keeps them ordered. Workers ignore SIGINT,
+SIGTERM and SIGHUP: the parent decides what they mean and tells them to stop; and a
+worker whose parent died exits at once (nobody drains the queue any more).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from servelab.bench.endpoint import EndpointConfig, RequestItem
 from servelab.bench.metrics import WorkerStats
 from servelab.bench.records import RequestRecord
 from servelab.core.clock import NS_PER_S, now_ns
+from servelab.core.processes import die_with_parent
 
 __all__ = ["EXIT", "STOP", "Phase", "Start", "worker_main"]
 
@@ -65,9 +67,13 @@ class Start:
     start_ns: int
 
 
-def worker_main(worker: int, endpoint: EndpointConfig, commands: Connection, out: Queue) -> None:
+def worker_main(
+    worker: int, endpoint: EndpointConfig, commands: Connection, out: Queue, parent_pid: int
+) -> None:
     """Process entry point."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent_pid)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
     with contextlib.suppress(ImportError):
         import uvloop
 
