@@ -11,9 +11,11 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from servelab.cli.signals import interrupt_exit_code, stop_signals_interrupt
 from servelab.core.errors import (
     ConfigError,
     EndpointError,
+    EngineDied,
     EngineLaunchError,
     EngineSetupError,
     Interrupted,
@@ -35,8 +37,14 @@ class ExitCode(IntEnum):
     """No request succeeded, or the endpoint is unreachable or rejects every request."""
     ENGINE_FAILED = 5
     """The engine could not be prepared or did not start."""
+    ENGINE_DIED = 6
+    """The engine servelab launched died during the run; finished levels were kept."""
+    HANGUP = 129
+    """SIGHUP; partial results were kept."""
     INTERRUPTED = 130
     """Ctrl-C; partial results were kept."""
+    TERMINATED = 143
+    """SIGTERM (timeout, systemd, Kubernetes); partial results were kept."""
 
 
 def exit_for_levels(completed: int, failed: int) -> ExitCode:
@@ -48,9 +56,10 @@ def exit_for_levels(completed: int, failed: int) -> ExitCode:
 
 @contextlib.contextmanager
 def handle_errors(err: Console) -> Iterator[None]:
-    """Turn servelab's errors (and Ctrl-C) into one line on stderr and an exit code."""
+    """Turn servelab's errors (and Ctrl-C, SIGTERM, SIGHUP) into one line and an exit code."""
     try:
-        yield
+        with stop_signals_interrupt():
+            yield
     except typer.Exit:
         raise
     except ConfigError as exc:
@@ -70,11 +79,14 @@ def handle_errors(err: Console) -> Iterator[None]:
         _fail(err, "\n".join(lines), ExitCode.ENGINE_FAILED)
     except EngineSetupError as exc:
         _fail(err, f"error: {exc}", ExitCode.ENGINE_FAILED)
+    except EngineDied as exc:
+        where = f"; finished levels are in {exc.run_dir}" if exc.run_dir else ""
+        _fail(err, f"error: {exc}{where}", ExitCode.ENGINE_DIED)
     except Interrupted as exc:
         where = f"; partial results are in {exc.run_dir}" if exc.run_dir else ""
-        _fail(err, f"interrupted{where}", ExitCode.INTERRUPTED)
+        _fail(err, f"interrupted{where}", ExitCode(interrupt_exit_code()))
     except KeyboardInterrupt:
-        _fail(err, "interrupted", ExitCode.INTERRUPTED)
+        _fail(err, "interrupted", ExitCode(interrupt_exit_code()))
     except ServelabError as exc:
         _fail(err, f"error: {exc}", ExitCode.INTERNAL)
     except Exception as exc:

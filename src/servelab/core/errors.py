@@ -79,6 +79,23 @@ class EngineSetupError(ServelabError):
     """An engine cannot be prepared here (a missing extra, an unknown preset)."""
 
 
+class EngineDied(ServelabError):
+    """The engine servelab launched exited during the run; finished levels are kept."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        exit_code: int | None,
+        run_dir: str | None = None,
+        log_tail: list[str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.run_dir = run_dir
+        self.log_tail = log_tail or []
+
+
 class Interrupted(ServelabError):
     """The user pressed Ctrl-C; what was measured is saved under `run_dir`."""
 
