@@ -26,7 +26,7 @@ def knob_action(conf: EngineConfig, knob: str, value: Any, why: str) -> Action:
         return Action(text=text, knob=knob, value=value)
     if not flags:
         other = conf.flags(knob, not value) if isinstance(value, bool) else None
-        how = f"remove {' '.join(other)}" if other else "the engine's default"
+        how = f"the default; remove {' '.join(other)} if set" if other else "the default"
         return Action(text=f"{why}: {how}", knob=knob, value=value, engine=conf.name)
     return Action(
         text=f"{why}: {' '.join(flags)}", knob=knob, value=value, engine=conf.name, flags=flags

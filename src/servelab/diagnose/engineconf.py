@@ -158,10 +158,24 @@ def _graphs(events: list[LogEvent]) -> Setting[bool] | None:
 
 
 def _kv_capacity(events: list[LogEvent]) -> Setting[int] | None:
+    """The cache's size in tokens: as printed, or as blocks times the configured block size."""
+    block_size = next(
+        (
+            value
+            for event in events
+            if isinstance(value := event.fields.get("block_size"), int) and value > 0
+        ),
+        None,
+    )
     for event in events:
-        if event.kind in (EventKind.KV_CACHE_CAPACITY, EventKind.SCHEDULER_LIMITS):
-            for name in ("tokens", "max_total_num_tokens"):
-                value = event.fields.get(name)
-                if isinstance(value, int) and value > 0:
-                    return Setting(value, f"{_line(event)}: {value:,} tokens")
+        if event.kind not in (EventKind.KV_CACHE_CAPACITY, EventKind.SCHEDULER_LIMITS):
+            continue
+        for name in ("tokens", "max_total_num_tokens"):
+            value = event.fields.get(name)
+            if isinstance(value, int) and value > 0:
+                return Setting(value, f"{_line(event)}: {value:,} tokens")
+        blocks = event.fields.get("blocks")
+        if isinstance(blocks, int) and blocks > 0 and block_size is not None:
+            tokens = blocks * block_size
+            return Setting(tokens, f"{_line(event)}: {blocks} blocks of {block_size} tokens")
     return None

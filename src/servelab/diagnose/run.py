@@ -12,7 +12,7 @@ from pathlib import Path
 from servelab.diagnose.collect import collect_facts
 from servelab.diagnose.document import Diagnosis, SourceStatus
 from servelab.diagnose.facts import RunFacts
-from servelab.diagnose.findings import Finding, FindingKind
+from servelab.diagnose.findings import Finding, FindingKind, Severity
 from servelab.diagnose.inputs import load_run
 from servelab.diagnose.layers import gap_layers
 from servelab.diagnose.options import DiagnoseOptions
@@ -75,8 +75,14 @@ def rank(findings: list[Finding]) -> list[Finding]:
 
 
 def _discount(findings: list[Finding]) -> list[Finding]:
-    """Other findings resting on client-bound levels lose half their confidence."""
-    bound = {level for f in findings if f.kind is FindingKind.CLIENT_BOUND for level in f.levels}
+    """Other findings resting on client-limited levels lose half their confidence (a
+    client whose lag only blurred its timestamps, an info finding, leaves them alone)."""
+    bound = {
+        level
+        for f in findings
+        if f.kind is FindingKind.CLIENT_BOUND and f.severity is not Severity.INFO
+        for level in f.levels
+    }
     out = []
     for finding in findings:
         hit = sorted(bound & set(finding.levels))

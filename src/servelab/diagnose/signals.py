@@ -17,6 +17,9 @@ __all__ = [
     "GPU_IDLE_POWER_PCT",
     "GPU_IDLE_SM_PCT",
     "LINK_VERDICTS",
+    "MIN_QUEUED_MEAN",
+    "MIN_SCRAPES",
+    "MIN_SHORTFALL",
     "QUEUE_TPOT_RATIO",
     "QUEUE_TTFT_RATIO",
     "degraded_links",
@@ -31,6 +34,13 @@ ADMITTED_SHARE = 0.9
 """A level whose engine ran at most this share of the requests in flight, with some
 waiting, was admission-limited: a closed loop keeps `concurrency` requests at the engine,
 and the only reason for fewer to run is that the engine would not take more."""
+MIN_SCRAPES = 2
+"""A level judged from the engine's counts needs this many /metrics scrapes (1 Hz)."""
+MIN_QUEUED_MEAN = 0.5
+"""Requests waiting on average: a queue that stays, not one caught in passing."""
+MIN_SHORTFALL = 2
+"""At least two requests kept out: one missing is a request caught between its arrival
+and the next step's admission, at any load."""
 QUEUE_TTFT_RATIO = 2.0
 """Past the knee, median TTFT this many times the knee's: requests waited outside the
 batch. A cap or a full cache makes a newcomer wait for a whole request to finish (an E2E,
@@ -62,12 +72,18 @@ def fmt(value: float, digits: int = 3) -> float:
 
 
 def held_back(level: LevelFacts) -> list[Evidence]:
-    """The engine's own metrics show it ran fewer requests than were in flight, with a queue."""
+    """The engine's own metrics show it ran fewer requests than were in flight, with a queue.
+
+    Read over several scrapes, with a queue on average: one scrape that lands between a
+    request's arrival and the next step sees a waiting request at any load.
+    """
     engine = level.engine
     if engine is None or engine.running_max is None or not level.closed:
         return []
-    queued = engine.queued_max or 0.0
-    if engine.running_max > ADMITTED_SHARE * level.load or queued < 1:
+    if engine.samples < MIN_SCRAPES or (engine.queued_mean or 0.0) < MIN_QUEUED_MEAN:
+        return []
+    shortfall = level.load - engine.running_max
+    if engine.running_max > ADMITTED_SHARE * level.load or shortfall < MIN_SHORTFALL:
         return []
     source = f"engine metrics ({engine.engine}) level {level.level}"
     return [
@@ -77,7 +93,12 @@ def held_back(level: LevelFacts) -> list[Evidence]:
             unit="requests",
             source=source,
         ),
-        Evidence(what="waiting requests (max)", value=queued, unit="requests", source=source),
+        Evidence(
+            what="waiting requests (mean)",
+            value=fmt(engine.queued_mean or 0.0),
+            unit="requests",
+            source=source,
+        ),
     ]
 
 

@@ -1,21 +1,26 @@
 """`client_bound`: the load generator, not the engine, set the pace of some levels.
 
-Three independent views: the bench's self-check (schedule lag, event-loop lag, CPU of its
-busiest worker), Little's law (in closed loop the mean number in flight falls short of
-the concurrency asked when the client is slow to send), and the engine's own count of
-running plus waiting requests, which falls short of what the client believes it sent.
-When the level that sets the result (the knee, or the best) is client-bound, every
-other finding about it is suspect, so this one goes first.
+Three independent views of a level: the bench's self-check (schedule lag, event-loop lag
+or CPU material against the level's own timing, `client.client_bound`), Little's law (in
+closed loop the mean number in flight falls short of the concurrency asked when the
+client is slow to send), and the engine's own count of running plus waiting requests,
+which falls short of what the client believes it had in flight.
+
+A level is client-limited when the load did not reach the engine: the self-check or the
+engine's count says so and Little's law or the other agrees. When the self-check fired
+but the load did arrive (Little's law and the engine's count say so), the lag only
+blurred the client's timestamps: latency percentiles are less exact, throughput stands,
+and the finding is information. A client-limited level that sets the run's result (the
+knee, the best, the last) makes every other finding about it suspect: critical.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from servelab.diagnose.actions import bench_action, text_action
 from servelab.diagnose.facts import LevelFacts, RunFacts
-from servelab.diagnose.findings import Action, Evidence, Finding, FindingKind, Severity, combine
+from servelab.diagnose.findings import Action, Evidence, Finding, FindingKind, Severity, Tally
 from servelab.diagnose.signals import fmt
 
 __all__ = ["ENGINE_SEEN_SHARE", "LITTLE_SHARE", "STREAMS_PER_WORKER", "rule"]
@@ -30,43 +35,79 @@ STREAMS_PER_WORKER = 256
 """The bench's default split: one worker process per 256 streams."""
 
 _WEIGHTS = {"self-check": 0.6, "little": 0.3, "engine": 0.5}
+_LAG_ONLY_CONFIDENCE = 0.3
 
 
 def rule(facts: RunFacts) -> list[Finding]:
-    views = {view: [lv for lv in facts.measured if read(lv)] for view, read in _VIEWS.items()}
-    # Little's law or the engine's count alone has other explanations (a short level's
-    # drain, a proxy in between): without the self-check, both must agree.
-    if not views["self-check"] and not (views["little"] and views["engine"]):
-        return []
-    by_level = {lv.level: lv for found in views.values() for lv in found}
-    flagged = sorted(by_level.values(), key=lambda lv: lv.load)
-    evidence = [e for lv in flagged for read in _VIEWS.values() for e in read(lv)]
-    weights = [_WEIGHTS[view] for view, found in views.items() if found]
-    decisive = _decisive(facts)
-    hits = {lv.level for lv in flagged}
-    severity = Severity.CRITICAL if decisive & hits else Severity.WARNING
-    worst = max(flagged, key=lambda lv: lv.load)
-    return [
-        Finding(
-            kind=FindingKind.CLIENT_BOUND,
-            title=f"the load generator limited {len(flagged)} level(s), up to {worst.label}",
-            severity=severity,
-            confidence=combine(*weights),
-            evidence=evidence,
-            explanation=(
-                "The client did not keep the asked load at the engine: its workers were late "
-                "sending (schedule or event-loop lag, a saturated CPU), so the engine saw fewer "
-                "requests than the level claims and its throughput and latencies describe a "
-                "lighter load. Findings about these levels are less certain."
-            ),
-            actions=_actions(facts, worst),
-            missing=[]
-            if facts.missing.get("metrics") is None
-            else [f"engine metrics: {facts.missing['metrics']} (the engine's view of the load)"],
-            levels=sorted(hits),
-            impact=1.0 if severity is Severity.CRITICAL else 0.5,
+    limited = [lv for lv in facts.measured if _limited(lv)]
+    lag_only = [lv for lv in facts.measured if lv.summary.client.client_bound and lv not in limited]
+    if limited:
+        return [_limited_finding(facts, limited)]
+    if lag_only:
+        return [_lag_finding(lag_only)]
+    return []
+
+
+def _limited(lv: LevelFacts) -> bool:
+    views = [bool(_self_check(lv)), bool(_little(lv)), bool(_engine_view(lv))]
+    return sum(views) >= 2
+
+
+def _limited_finding(facts: RunFacts, limited: list[LevelFacts]) -> Finding:
+    tally = Tally()
+    for lv in limited:
+        tally.add("self-check", _WEIGHTS["self-check"], _self_check(lv))
+        tally.add("little", _WEIGHTS["little"], _little(lv))
+        tally.add("engine", _WEIGHTS["engine"], _engine_view(lv))
+    hits = {lv.level for lv in limited}
+    severity = Severity.CRITICAL if _decisive(facts) & hits else Severity.WARNING
+    worst = max(limited, key=lambda lv: lv.load)
+    missing = []
+    if facts.missing.get("metrics"):
+        missing.append(
+            f"engine metrics: {facts.missing['metrics']} (the engine's view of the load)"
         )
-    ]
+    return Finding(
+        kind=FindingKind.CLIENT_BOUND,
+        title=f"the load generator limited {len(limited)} level(s), up to {worst.label}",
+        severity=severity,
+        confidence=tally.confidence,
+        evidence=tally.evidence,
+        explanation=(
+            "The client did not keep the asked load at the engine: its workers were late "
+            "sending (schedule or event-loop lag, a saturated CPU), so the engine saw fewer "
+            "requests than the level claims and its throughput and latencies describe a "
+            "lighter load. Findings about these levels are less certain."
+        ),
+        actions=_actions(facts, worst),
+        missing=missing,
+        levels=sorted(hits),
+        impact=1.0 if severity is Severity.CRITICAL else 0.5,
+    )
+
+
+def _lag_finding(levels: list[LevelFacts]) -> Finding:
+    evidence = [e for lv in levels for e in _self_check(lv)]
+    for lv in levels:
+        evidence += _delivered(lv)
+    return Finding(
+        kind=FindingKind.CLIENT_BOUND,
+        title=f"the client's own lag was material at {len(levels)} level(s); the load arrived",
+        severity=Severity.INFO,
+        confidence=_LAG_ONLY_CONFIDENCE,
+        evidence=evidence,
+        explanation=(
+            "The load generator's event loop or sends ran late against these levels' own "
+            "inter-token times, so its timestamps are blurred by that much: latency "
+            "percentiles (ITL, TTFT) are less exact. The load itself reached the engine "
+            "(Little's law and the engine's own count), so throughputs stand."
+        ),
+        actions=[
+            text_action("for exact latencies, run the client on a less loaded machine"),
+        ],
+        levels=[lv.level for lv in levels],
+        impact=0.1,
+    )
 
 
 def _self_check(lv: LevelFacts) -> list[Evidence]:
@@ -76,13 +117,9 @@ def _self_check(lv: LevelFacts) -> list[Evidence]:
     source = f"summary.json level {lv.level} client"
     return [
         Evidence(
-            what=f"p99 schedule lag at {lv.label}",
-            value=fmt(client.p99_schedule_lag_ms),
-            unit="ms",
+            what=f"the bench's self-check at {lv.label}",
+            value=client.client_bound_reason or "client_bound",
             source=source,
-        ),
-        Evidence(
-            what="p99 event-loop lag", value=fmt(client.p99_loop_lag_ms), unit="ms", source=source
         ),
         Evidence(
             what=f"busiest worker's CPU ({client.workers} worker(s))",
@@ -96,37 +133,52 @@ def _self_check(lv: LevelFacts) -> list[Evidence]:
 def _little(lv: LevelFacts) -> list[Evidence]:
     if not lv.closed or lv.summary.concurrency >= LITTLE_SHARE * lv.load:
         return []
-    return [
-        Evidence(
-            what=f"Little's-law concurrency / target at {lv.label}",
-            value=fmt(lv.summary.concurrency / lv.load),
-            source=f"summary.json level {lv.level} concurrency",
-        )
-    ]
+    return [_little_evidence(lv)]
+
+
+def _little_evidence(lv: LevelFacts, *, supports: bool = True) -> Evidence:
+    return Evidence(
+        what=f"Little's-law concurrency / target at {lv.label}",
+        value=fmt(lv.summary.concurrency / lv.load),
+        source=f"summary.json level {lv.level} concurrency",
+        supports=supports,
+    )
+
+
+def _seen(lv: LevelFacts) -> float | None:
+    engine = lv.engine
+    if not lv.closed or engine is None or engine.running_max is None:
+        return None
+    return engine.running_max + (engine.queued_max or 0.0)
 
 
 def _engine_view(lv: LevelFacts) -> list[Evidence]:
-    engine = lv.engine
-    if not lv.closed or engine is None or engine.running_max is None:
+    seen = _seen(lv)
+    if seen is None or seen >= ENGINE_SEEN_SHARE * lv.load:
         return []
-    seen = engine.running_max + (engine.queued_max or 0.0)
-    if seen >= ENGINE_SEEN_SHARE * lv.load:
-        return []
-    return [
-        Evidence(
-            what=f"running + waiting at the engine (max) at {lv.label}",
-            value=fmt(seen),
-            unit="requests",
-            source=f"engine metrics ({engine.engine}) level {lv.level}",
-        )
-    ]
+    return [_engine_evidence(lv, seen)]
 
 
-_VIEWS: dict[str, Callable[[LevelFacts], list[Evidence]]] = {
-    "self-check": _self_check,
-    "little": _little,
-    "engine": _engine_view,
-}
+def _engine_evidence(lv: LevelFacts, seen: float, *, supports: bool = True) -> Evidence:
+    assert lv.engine is not None
+    return Evidence(
+        what=f"running + waiting at the engine (max) at {lv.label}",
+        value=fmt(seen),
+        unit="requests",
+        source=f"engine metrics ({lv.engine.engine}) level {lv.level}",
+        supports=supports,
+    )
+
+
+def _delivered(lv: LevelFacts) -> list[Evidence]:
+    """The views that say the load did reach the engine (evidence against a limit)."""
+    found = []
+    if lv.closed:
+        found.append(_little_evidence(lv, supports=False))
+    seen = _seen(lv)
+    if seen is not None:
+        found.append(_engine_evidence(lv, seen, supports=False))
+    return found
 
 
 def _decisive(facts: RunFacts) -> set[int]:

@@ -8,7 +8,8 @@ bound by FLOPs, not bytes: what it costs is the GPU's matrix rate. What shows it
 - the model: prefill compute-bound at this prompt length, and the measured TTFT near (or
   far above) the model's prefill time.
 
-Long TTFTs under load are queueing, not prefill: only the lightest level is read.
+Long TTFTs under load are queueing, not prefill: only the lightest level is read, and only
+when nothing waited there (one stream, or the engine's own queue empty).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def rule(facts: RunFacts) -> list[Finding]:
         return []
     low = levels[0]
     ttft, e2e = low.summary.mean_ttft_ms, low.summary.mean_e2e_latency_ms
-    if ttft is None or not e2e:
+    if ttft is None or not e2e or not _unqueued(low):
         return []
     share = ttft / e2e
     if share < PREFILL_SHARE:
@@ -97,6 +98,16 @@ def rule(facts: RunFacts) -> list[Finding]:
             impact=share,
         )
     ]
+
+
+def _unqueued(lv: LevelFacts) -> bool:
+    """A level whose TTFT is prefill, not a wait: one stream, or the engine's queue empty,
+    and the client's own timestamps not blurred by its lag."""
+    if lv.summary.client.client_bound:
+        return False
+    if lv.closed and lv.load == 1:
+        return True
+    return lv.engine is not None and (lv.engine.queued_max or 0.0) < 1
 
 
 def _model(facts: RunFacts, low: LevelFacts, ttft: float, tally: Tally) -> bool:
