@@ -32,6 +32,7 @@ _KNOB_ENGINE = {
 _RUNNING_CAP_FIELDS = ("max_running_requests", "max_num_seqs")
 _TP_FIELDS = ("tp_size", "tensor_parallel_size")
 _GRAPHS_OFF_FIELDS = ("disable_cuda_graph", "enforce_eager")
+_PREFILL_PHASES = ("prefill", "piecewise")
 
 
 @dataclass(frozen=True)
@@ -145,8 +146,10 @@ def _int_from_log(events: list[LogEvent], names: tuple[str, ...]) -> Setting[int
 
 
 def _graphs(events: list[LogEvent]) -> Setting[bool] | None:
+    """Whether decode steps replay CUDA graphs (graphs off only for prefill do not count)."""
     for event in events:
-        if event.kind is EventKind.CUDA_GRAPH_DISABLED:
+        phase = event.fields.get("phase")
+        if event.kind is EventKind.CUDA_GRAPH_DISABLED and phase not in _PREFILL_PHASES:
             return Setting(False, _line(event))
         for name in _GRAPHS_OFF_FIELDS:
             if event.fields.get(name) is True:
