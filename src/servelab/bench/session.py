@@ -32,6 +32,7 @@ from servelab.bench.tokens import ServerTokenizer, TokenCounter
 from servelab.bench.workload import WorkloadSpec, build_requests
 from servelab.core.errors import Interrupted
 from servelab.core.provenance import git_sha, host_facts, versions
+from servelab.core.redact import is_secret_name, redact_argv, register_secret
 from servelab.engines.base import PINNING_FIELDS
 from servelab.store import CatalogRow, RunDir, default_run_name, record_run
 from servelab.telemetry import TelemetrySession, summarize_level
@@ -133,6 +134,7 @@ class _Session:
 
     def run(self, run_dir: RunDir | None) -> BenchOutcome:
         config = self.config
+        _register_header_secrets(config.headers)
         preflight = run_preflight(
             self._endpoint(),
             try_fields=PINNING_FIELDS if config.pinning_fields is None else config.pinning_fields,
@@ -297,7 +299,7 @@ class _Session:
             workload["tokens_per_word"] = round(preflight.calibration.tokens_per_word, 4)
         return RunInfo(
             name=c.name or default_run_name(c.url),
-            command=c.command,
+            command=redact_argv(c.command),
             started_utc=datetime.now(UTC).isoformat(timespec="seconds"),
             servelab_version=__version__,
             versions=versions(),
@@ -348,6 +350,16 @@ class _Session:
             ),
         )
         return summary
+
+
+def _register_header_secrets(headers: dict[str, str]) -> None:
+    """An API key sent in a header is scrubbed from every file the run writes."""
+    for name, value in headers.items():
+        if is_secret_name(name):
+            register_secret(value)
+            scheme, _, credential = value.partition(" ")
+            if credential and scheme.lower() in ("bearer", "basic", "token"):
+                register_secret(credential.strip())
 
 
 def _level_notes(records: list[RequestRecord]) -> list[str]:

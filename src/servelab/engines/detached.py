@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from servelab.core.errors import ConfigError, EngineLaunchError, Interrupted
+from servelab.core.redact import is_secret_name, redact_argv
 from servelab.engines.base import EngineSpec
 from servelab.engines.enginelog import log_tail
 from servelab.engines.launcher import DEFAULT_STOP_GRACE_S, LOCALHOST, free_port
@@ -36,7 +38,13 @@ from servelab.engines.state import (
     save_record,
     signal_group,
 )
-from servelab.engines.supervisor import LOG_FILE, LOG_PATH_KEY, SPEC_FILE, read_status
+from servelab.engines.supervisor import (
+    LOG_FILE,
+    LOG_PATH_KEY,
+    SECRET_ENV_KEY,
+    SPEC_FILE,
+    read_status,
+)
 
 __all__ = [
     "StopResult",
@@ -88,7 +96,15 @@ def engine_up(
     log = log_path.resolve() if log_path else folder / LOG_FILE
     for stale in (folder / "status.json", folder / LOG_FILE, folder / _SUPERVISOR_LOG):
         stale.unlink(missing_ok=True)
-    envelope = {"spec": spec.model_dump(mode="json"), LOG_PATH_KEY: str(log)}
+    secret_env = {k: v for k, v in spec.env.items() if is_secret_name(k)}
+    public = spec.model_copy(
+        update={"env": {k: v for k, v in spec.env.items() if k not in secret_env}}
+    )
+    envelope = {
+        "spec": public.model_dump(mode="json"),
+        LOG_PATH_KEY: str(log),
+        SECRET_ENV_KEY: sorted(secret_env),
+    }
     (folder / SPEC_FILE).write_text(json.dumps(envelope, indent=2) + "\n")
     on_status(f"starting {adapter.name} as {name!r}")
     with (folder / _SUPERVISOR_LOG).open("ab") as output:
@@ -97,6 +113,7 @@ def engine_up(
             stdin=subprocess.DEVNULL,
             stdout=output,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **secret_env},
             start_new_session=True,
         )
     try:
@@ -108,7 +125,7 @@ def engine_up(
         name=name,
         engine=adapter.name,
         url=status["url"],
-        command=status["command"],
+        command=redact_argv(status["command"]),
         engine_process=ProcessId.of(status["pid"]),
         supervisor=ProcessId.of(supervisor.pid),
         log_path=str(log),

@@ -10,6 +10,8 @@ A carriage return ends a line too, so progress bars become lines. Each line also
 an optional `on_line` hook (the log-signature matcher); a hook that raises is dropped
 with a note in the log, never the reader, which must keep draining the pipe or the
 engine would block on a full pipe. Lines servelab adds itself start with `servelab:`.
+Every line is scrubbed of the secrets servelab was handed before it is written
+(an engine may echo its `--api-key` or environment).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
+
+from servelab.core.redact import scrub
 
 __all__ = ["LINE_PREFIX", "LogPump", "log_tail", "parse_log_line", "stamp"]
 
@@ -91,7 +95,7 @@ class LogPump(threading.Thread):
     def _write(self, line: str) -> None:
         with self._lock:
             if not self._log.closed:
-                self._log.write(stamp(line))
+                self._log.write(stamp(scrub(line)))
                 self._log.flush()
 
     def _hand_on(self, line: str) -> None:

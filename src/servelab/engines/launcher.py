@@ -30,6 +30,7 @@ from pathlib import Path
 from servelab.core.errors import EngineLaunchError
 from servelab.core.net import LOCALHOST, free_port, url_host
 from servelab.core.processes import group_alive, signal_group
+from servelab.core.redact import is_secret_name, redact_argv, register_secret
 from servelab.engines.base import EngineAdapter, EngineSpec
 from servelab.engines.enginelog import LogPump, log_tail
 from servelab.engines.gpu import DEFAULT_GPU_RELEASE_TIMEOUT_S, GpuWatch
@@ -125,6 +126,7 @@ def launch_engine(
         free_port(host)  # a host that cannot be listened on at all says so first
         raise EngineLaunchError(f"cannot start {adapter.name}: port {port} on {host} is in use")
     command = adapter.command(spec, host=host, port=port)
+    _register_secrets(spec, command)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     gpus, no_gpu = GpuWatch.open()
     on_status(f"starting {adapter.name} on {host}:{port}")
@@ -146,7 +148,7 @@ def launch_engine(
         ) from None
     assert process.stdout is not None
     pump = LogPump(process.stdout, log_path, on_line)
-    pump.note(f"launching {shlex.join(command)}")
+    pump.note(f"launching {shlex.join(redact_argv(command))}")
     pump.start()
     engine = RunningEngine(
         adapter,
@@ -241,6 +243,16 @@ def _port_free(host: str, port: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def _register_secrets(spec: EngineSpec, command: list[str]) -> None:
+    """Secret env values and secret option values are scrubbed from all that is written."""
+    for name, value in spec.env.items():
+        if is_secret_name(name):
+            register_secret(value)
+    for arg, masked in zip(command, redact_argv(command), strict=True):
+        if arg != masked:
+            register_secret(arg.split("=", 1)[1] if "=" in arg else arg)
 
 
 def _die_with_parent() -> None:

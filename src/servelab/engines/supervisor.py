@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.core.errors import ServelabError
+from servelab.core.redact import redact_argv
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import launch_engine
 
@@ -28,6 +29,9 @@ STATUS_FILE = "status.json"
 LOG_FILE = "engine.log"
 LOG_PATH_KEY = "log_path"
 """Optional key of spec.json's envelope: where engine.log goes instead of DIR/engine.log."""
+SECRET_ENV_KEY = "secret_env"
+"""Optional key of spec.json's envelope: names of spec env variables kept out of the file;
+their values reach the supervisor through its own environment."""
 
 
 class _Terminated(BaseException):
@@ -38,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path((argv or sys.argv[1:])[0])
     envelope = json.loads((folder / SPEC_FILE).read_text())
     spec = EngineSpec.model_validate(envelope["spec"])
+    secret_env = {name: os.environ[name] for name in envelope.get(SECRET_ENV_KEY, [])}
+    spec = spec.model_copy(update={"env": {**spec.env, **secret_env}})
     log_path = Path(envelope.get(LOG_PATH_KEY) or folder / LOG_FILE)
     signal.signal(signal.SIGTERM, _raise_terminated)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -61,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         state="ready",
         url=engine.url,
         pid=engine.pid,
-        command=engine.command,
+        command=redact_argv(engine.command),
         log_path=str(log_path),
     )
     try:

@@ -7,6 +7,8 @@ from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from servelab.core.redact import scrub
+
 __all__ = ["CATALOG_FILENAME", "CatalogRow", "list_runs", "record_run"]
 
 CATALOG_FILENAME = "catalog.sqlite"
@@ -45,7 +47,7 @@ def record_run(runs_root: Path, row: CatalogRow) -> None:
     """Insert or update the run's row (a run is recorded when it starts and when it ends)."""
     with closing(sqlite3.connect(runs_root / CATALOG_FILENAME, timeout=10)) as db, db:
         db.execute(_SCHEMA)
-        columns = asdict(row)
+        columns = {k: scrub(v) if isinstance(v, str) else v for k, v in asdict(row).items()}
         names = ", ".join(columns)
         marks = ", ".join(f":{name}" for name in columns)
         db.execute(f"INSERT OR REPLACE INTO runs ({names}) VALUES ({marks})", columns)
