@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import socket
+import urllib.parse
 
-from servelab.core.errors import ConfigError
+from servelab.core.errors import ConfigError, EndpointUnreachable
 
-__all__ = ["LOCALHOST", "free_port", "url_host"]
+__all__ = ["LOCALHOST", "ensure_listening", "free_port", "url_host"]
 
 LOCALHOST = "127.0.0.1"
 _WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
@@ -28,3 +29,24 @@ def free_port(host: str = LOCALHOST) -> int:
             return int(sock.getsockname()[1])
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}: {exc.strerror or exc}") from None
+
+
+def ensure_listening(url: str, *, timeout_s: float = 10.0) -> None:
+    """Raise EndpointUnreachable unless something accepts a TCP connection at `url`.
+
+    Cheap enough to run before anything is created for a run, so an unreachable URL
+    leaves nothing behind.
+    """
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise ConfigError(f"{url!r} has an invalid port") from None
+    if not parts.hostname:
+        raise ConfigError(f"{url!r} is not a URL such as http://127.0.0.1:8000")
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            return
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise EndpointUnreachable(f"nothing answers at {url}: {reason}", url=url) from None

@@ -18,6 +18,7 @@ from servelab.bench.results import BenchSummary
 from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.workload import WorkloadSpec
 from servelab.core.errors import ConfigError, Interrupted
+from servelab.core.net import ensure_listening
 from servelab.diagnose import Knee, find_knee
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import RunningEngine
@@ -88,6 +89,8 @@ def run_pipeline(
         raise ConfigError("give a URL to attach to or an engine spec to launch, not both")
     spec = config.engine or EngineSpec(engine="embedded", model=config.preset)
     name = config.name or _run_name(config, spec)
+    if config.url is not None:
+        ensure_listening(config.url)
     run_dir = RunDir.create(name=name, out=config.out, root=config.runs_root)
     watched: WatchedEngine | None = None
     try:
