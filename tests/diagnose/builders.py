@@ -25,7 +25,7 @@ INPUT_LEN = 256
 OUTPUT_LEN = 128
 
 
-def _neutral(model: type[BaseModel]) -> dict[str, Any]:
+def neutral(model: type[BaseModel]) -> dict[str, Any]:
     """A value for every required field: None where allowed, else 0, False, {} or ''."""
     values: dict[str, Any] = {}
     for name, field in model.model_fields.items():
@@ -50,7 +50,7 @@ def _neutral(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def client(**given: Any) -> ClientStats:
-    return ClientStats.model_validate({**_neutral(ClientStats), "workers": 1, **given})
+    return ClientStats.model_validate({**neutral(ClientStats), "workers": 1, **given})
 
 
 def telemetry(
@@ -91,7 +91,7 @@ def level(
     e2e = ttft_ms + (output_len - 1) * tpot_ms
     duration = completed * (input_len + output_len) / total_tps
     values = {
-        **_neutral(LevelSummary),
+        **neutral(LevelSummary),
         "level": index,
         "load_mode": "concurrency",
         "max_concurrency": concurrency,
@@ -139,7 +139,7 @@ def summary(
 ) -> BenchSummary:
     run = RunInfo.model_validate(
         {
-            **_neutral(RunInfo),
+            **neutral(RunInfo),
             "name": "hand-built",
             "command": ["servelab", "bench"],
             "started_utc": "2026-12-01T00:00:00+00:00",

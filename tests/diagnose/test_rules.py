@@ -482,3 +482,54 @@ def test_with_the_model_not_saturated_says_where_the_knee_is_expected(tmp_path: 
     found = diagnose(write_run(tmp_path, run), **LLAMA)
     [finding] = [f for f in found.findings if f.kind is FindingKind.NOT_SATURATED]
     assert any(e.source.startswith("model") for e in finding.evidence)
+
+
+# --- evidence against -----------------------------------------------------------------
+
+
+def test_a_busy_gpu_speaks_against_host_overhead(tmp_path: Path):
+    busy = {"power_mean_pct": 85.0, "util_mean_pct": 100.0, "gpm_sm_util_mean_pct": 80.0}
+    idle = {"power_mean_pct": 19.0, "util_mean_pct": 19.0, "gpm_sm_util_mean_pct": 2.6}
+    found = {}
+    for name, nvml in (("busy", busy), ("idle", idle)):
+        run = summary(_decode_sweep(10, nvml=nvml, **LLAMA))
+        diagnosis = diagnose(write_run(tmp_path / name, run), **LLAMA)
+        found[name] = next(f for f in diagnosis.findings if f.kind is FindingKind.LAUNCH_OVERHEAD)
+    assert found["busy"].confidence < found["idle"].confidence / 1.5
+    assert (
+        found["busy"].severity is Severity.WARNING and found["idle"].severity is Severity.CRITICAL
+    )
+    assert any(not e.supports for e in found["busy"].evidence)
+    assert "the GPU is busy" in found["busy"].explanation
+
+
+def test_a_configured_cap_above_every_load_is_not_the_limit(tmp_path: Path):
+    command = ["vllm", "serve", "m", "--max-num-seqs", "256"]
+    run = summary(capped_sweep(), engine={"engine": "vllm", "command": command})
+    cap = next(
+        f
+        for f in diagnose(write_run(tmp_path, run)).findings
+        if f.kind is FindingKind.RUNNING_REQUEST_CAP
+    )
+    assert "64" in cap.title  # what the engine's own counts show
+    configured = next(e for e in cap.evidence if e.source.startswith("engine command"))
+    assert not configured.supports
+
+
+def test_a_slow_engine_dilutes_the_collectives(tmp_path: Path):
+    """Far above a comm-bound model, the engine's own excess is the larger part."""
+    run = summary(_decode_sweep(8, **GLM))
+    found = diagnose(write_run(tmp_path, run), **GLM)
+    assert found.findings[0].kind is FindingKind.LAUNCH_OVERHEAD
+    comm = next(f for f in found.findings if f.kind is FindingKind.COMM_LATENCY)
+    assert comm.impact < 0.1
+
+
+def test_the_story_plateau_with_its_vm_probe_is_still_the_cap(tmp_path: Path):
+    from tests.diagnose.probes import story_vm_probe
+
+    probe = story_vm_probe(tmp_path / "probe")
+    run = summary(capped_sweep())
+    found = diagnose(write_run(tmp_path / "run", run, probe=probe), engine="sglang", **GLM)
+    assert kinds(found)[0] == "running_request_cap"
+    assert "comm_latency" in kinds(found)

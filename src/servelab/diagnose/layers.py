@@ -22,11 +22,14 @@ KERNEL_FLOOR_NOTE = (
 
 
 def gap_layers(facts: RunFacts) -> list[GapLayers]:
-    """The layers at single stream and, when it is another level, at the knee."""
+    """The layers at single stream (else the lightest load) and, if another level, the knee."""
     levels = facts.closed or facts.measured
     if not levels:
         return []
-    points = [("single stream", levels[0])]
+    lightest = levels[0]
+    points = [
+        ("single stream" if lightest.closed and lightest.load == 1 else "lightest load", lightest)
+    ]
     knee = facts.knee_level()
     if knee is not None and knee.level != levels[0].level:
         points.append(("knee", knee))

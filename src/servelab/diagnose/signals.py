@@ -14,6 +14,8 @@ from servelab.diagnose.findings import Evidence
 
 __all__ = [
     "ADMITTED_SHARE",
+    "GPU_BUSY_POWER_PCT",
+    "GPU_BUSY_SM_PCT",
     "GPU_IDLE_POWER_PCT",
     "GPU_IDLE_SM_PCT",
     "LINK_VERDICTS",
@@ -24,6 +26,7 @@ __all__ = [
     "QUEUE_TTFT_RATIO",
     "degraded_links",
     "fmt",
+    "gpu_busy",
     "gpu_idle",
     "held_back",
     "model_growth",
@@ -53,6 +56,10 @@ GPU_IDLE_POWER_PCT = 40.0
 draws well over half of it (the H200 reference: 19% with 2% SM activity when idle-bound)."""
 GPU_IDLE_SM_PCT = 25.0
 """GPM SM activity under this %: the SMs are idle most of the step."""
+GPU_BUSY_POWER_PCT = 60.0
+GPU_BUSY_SM_PCT = 60.0
+"""Power over 60% of the limit, or SMs busy over 60% of the time: the GPU is working, not
+waiting (a memory-bound decode on an H200 draws 60-80%)."""
 LINK_VERDICTS = (
     "p2p-not-supported",
     "p2p-access-denied",
@@ -173,6 +180,37 @@ def gpu_idle(level: LevelFacts) -> list[Evidence]:
                 value=fmt(gpu.util_mean_pct),
                 unit="%",
                 source=source,
+            )
+        )
+    return found
+
+
+def gpu_busy(level: LevelFacts) -> list[Evidence]:
+    """GPU telemetry that shows the GPU working hard (evidence against host overhead)."""
+    gpu = level.gpu
+    if gpu is None:
+        return []
+    source = f"telemetry level {level.level}"
+    found = []
+    if gpu.power_mean_pct is not None and gpu.power_mean_pct >= GPU_BUSY_POWER_PCT:
+        found.append(
+            Evidence(
+                what="GPU power (mean), % of the limit",
+                value=fmt(gpu.power_mean_pct),
+                unit="%",
+                source=source,
+                supports=False,
+            )
+        )
+    sm = gpu.gpm_sm_util_mean_pct
+    if sm is not None and sm >= GPU_BUSY_SM_PCT:
+        found.append(
+            Evidence(
+                what="SM activity (GPM, mean)",
+                value=fmt(sm),
+                unit="%",
+                source=source,
+                supports=False,
             )
         )
     return found

@@ -39,7 +39,10 @@ __all__ = ["COMM_SHARE", "COMM_WARNING_SHARE", "SPIN_POWER_PCT", "SPIN_UTIL_PCT"
 COMM_SHARE = 0.3
 """Communication at least this share of the model's step: worth a finding (info)."""
 COMM_WARNING_SHARE = 0.5
-"""At half the step the deployment is communication-bound: a warning."""
+"""The model's collective time half of the measured step: the run is communication-bound
+(faster collectives are worth up to 2x), a warning; critical when the probe shows the
+links degraded. An engine far slower than the model dilutes the share: its own overhead
+is then the larger part (launch_overhead)."""
 SPIN_UTIL_PCT = 80.0
 SPIN_POWER_PCT = 60.0
 """NVML utilization above 80% at under 60% power: a kernel is resident (a collective
@@ -83,14 +86,31 @@ def rule(facts: RunFacts) -> list[Finding]:
     )
     if "model" not in tally.sources and "probe" not in tally.sources:
         return []
-    if links and ("model" in tally.sources or (ratio or 0) >= OVERHEAD_RATIO):
+    measured_share = _measured_share(low, share)
+    if measured_share is not None:
+        tally.note(
+            Evidence(
+                what=f"the model's collective time / the measured TPOT at {low.label}",
+                value=fmt(100 * measured_share),
+                unit="%",
+                source=f"model: decode step, {low.source}",
+            )
+        )
+    else:
+        measured_share = share
+    if links and (measured_share or 0) >= COMM_WARNING_SHARE:
         severity = Severity.CRITICAL
-    elif (share or 0) >= COMM_WARNING_SHARE or links:
+    elif (measured_share or 0) >= COMM_WARNING_SHARE or links:
         severity = Severity.WARNING
     else:
         severity = Severity.INFO
     gain = _gain(model, low) if model is not None else None
     missing = [f"{key}: {why}" for key, why in facts.missing.items() if key in ("probe", "model")]
+    if links and facts.probe is not None and not _allreduce_measured(facts):
+        missing.append(
+            "the probe measured no all-reduce: the model's all-reduce latency is an estimate, "
+            "and without P2P the real one may be larger (servelab probe --comm on all GPUs)"
+        )
     return [
         Finding(
             kind=FindingKind.COMM_LATENCY,
@@ -109,7 +129,7 @@ def rule(facts: RunFacts) -> list[Finding]:
             expected_gain=gain,
             missing=missing,
             levels=[low.level],
-            impact=share if share is not None else 0.3,
+            impact=min(1.0, measured_share) if measured_share is not None else 0.3,
         )
     ]
 
@@ -118,6 +138,20 @@ def _share(lv: LevelFacts) -> float | None:
     if lv.model is None or not lv.model.step.step_s:
         return None
     return lv.model.step.communication_s / lv.model.step.step_s
+
+
+def _measured_share(lv: LevelFacts, share: float | None) -> float | None:
+    """The model's collective time as a share of the measured step, for a run well above
+    the model (near it, the model's own breakdown describes the run); None otherwise."""
+    ratio = lv.ratio
+    if share is None or ratio is None or ratio < OVERHEAD_RATIO:
+        return None
+    return min(1.0, share / ratio)
+
+
+def _allreduce_measured(facts: RunFacts) -> bool:
+    comm = facts.probe.document.get("comm") if facts.probe is not None else None
+    return isinstance(comm, dict) and bool((comm.get("allreduce") or {}).get("points"))
 
 
 def _title(lv: LevelFacts, share: float | None, links: bool) -> str:

@@ -100,7 +100,12 @@ def rule(facts: RunFacts) -> list[Finding]:
     for lv in about:
         tally.evidence += held_back(lv)
     running = _running(about)
-    severity = Severity.CRITICAL if tally.count(*_DIRECT) >= 2 else Severity.WARNING
+    if not about:
+        severity = Severity.INFO  # retractions in the log, but no level was held back
+    elif tally.count(*_DIRECT) >= 2:
+        severity = Severity.CRITICAL
+    else:
+        severity = Severity.WARNING
     gain = _gain(facts, about, running)
     missing = []
     if facts.missing.get("metrics"):

@@ -27,9 +27,9 @@ from servelab.diagnose.findings import (
     Tally,
 )
 from servelab.diagnose.gap import Split, split_excess
-from servelab.diagnose.signals import degraded_links, fmt, gpu_idle
+from servelab.diagnose.signals import degraded_links, fmt, gpu_busy, gpu_idle
 
-__all__ = ["CRITICAL_RATIO", "OVERHEAD_RATIO", "rule"]
+__all__ = ["BUSY_DISCOUNT", "CRITICAL_RATIO", "OVERHEAD_RATIO", "rule"]
 
 OVERHEAD_RATIO = 1.5
 """Measured TPOT this many times the model's: a third of the step is not the hardware's
@@ -37,6 +37,8 @@ work. Good engines reach 80-90% of the datasheet (the probe's memory copy: 89%),
 well-tuned one sits at 1.1-1.3x the model."""
 CRITICAL_RATIO = 3.0
 """Two thirds of the step outside the hardware's work."""
+BUSY_DISCOUNT = 0.5
+"""A GPU that telemetry shows busy makes host overhead half as likely an explanation."""
 
 _WEIGHTS = {"model": 0.5, "telemetry": 0.5, "config": 0.6}
 _COMM_SHARED_WEIGHT = 0.35
@@ -58,6 +60,9 @@ def rule(facts: RunFacts) -> list[Finding]:
         weight = _COMM_SHARED_WEIGHT if links else _WEIGHTS["model"]
         tally.add("model", weight, _gap_evidence(low, ratio, split))
     tally.add("telemetry", _WEIGHTS["telemetry"], gpu_idle(low))
+    busy = gpu_busy(low)
+    for evidence in busy:
+        tally.note(evidence)
     graphs = facts.engine.cuda_graphs
     if graphs is not None:
         seen = Evidence(
@@ -70,7 +75,7 @@ def rule(facts: RunFacts) -> list[Finding]:
             tally.add("config", _WEIGHTS["config"], [seen])
     if "model" not in tally.sources and "telemetry" not in tally.sources:
         return []
-    strong = len(tally.sources) >= 2
+    strong = len(tally.sources) >= 2 and not busy
     severity = (
         Severity.CRITICAL
         if strong and (ratio is None or ratio >= CRITICAL_RATIO)
@@ -88,9 +93,9 @@ def rule(facts: RunFacts) -> list[Finding]:
             kind=FindingKind.LAUNCH_OVERHEAD,
             title=_title(low, ratio),
             severity=severity,
-            confidence=tally.confidence,
+            confidence=round(tally.confidence * (BUSY_DISCOUNT if busy else 1.0), 3),
             evidence=tally.evidence,
-            explanation=_explanation(split, graphs is not None and graphs.value),
+            explanation=_explanation(split, graphs is not None and graphs.value, bool(busy)),
             actions=_actions(facts, graphs is not None and graphs.value),
             expected_gain=gain,
             missing=missing,
@@ -130,11 +135,12 @@ def _gap_evidence(low: LevelFacts, ratio: float, split: Split | None) -> list[Ev
     return found
 
 
-def _explanation(split: Split | None, graphs_on: bool) -> str:
+def _explanation(split: Split | None, graphs_on: bool, busy: bool) -> str:
     text = (
-        "Each decode step costs the engine much more than the hardware's work for it: the "
-        "GPU waits while the host launches kernels one by one, schedules the batch or "
-        "synchronises. The cost is paid every step, so it sets the single-stream speed."
+        "Each decode step costs the engine much more than the hardware's work for it. The "
+        "usual reason is the host: the GPU waits while it launches kernels one by one, "
+        "schedules the batch or synchronises. The cost is paid every step, so it sets the "
+        "single-stream speed."
     )
     if split is not None and split.per_step_ms is not None and split.per_request_ms is not None:
         text += (
@@ -143,6 +149,12 @@ def _explanation(split: Split | None, graphs_on: bool) -> str:
         )
     if graphs_on:
         text += " CUDA graphs are on, so the time goes elsewhere: the scheduler, sampling, Python."
+    if busy:
+        text += (
+            " But the GPU is busy, not waiting: its kernels run slower than the model's bytes "
+            "and FLOPs say (untuned kernels, an attention backend), which only a kernel trace "
+            "separates from host overhead."
+        )
     return text
 
 

@@ -1,12 +1,13 @@
-"""`memory_bound`: the healthy verdict. Decode runs near the time it takes to read its bytes.
+"""`memory_bound`: the healthy verdict. Decode runs near the time its bytes take to read.
 
 A decode step reads every weight it touches and the KV cache once; when that takes longer
 than its FLOPs, the step's floor is memory time. A run whose TPOT is within 1.5x of the
-model's, at a batch where the model's step is memory time, runs near the roofline: the
-engine is not the problem, and gains come from moving fewer bytes (smaller weight or KV
-formats) or more bandwidth (more GPUs). What shows it:
+model's, at a batch where the model's step is GPU time (memory, or at large batches
+compute), runs near the roofline: the engine is not the problem, and gains come from
+moving fewer bytes (smaller weight or KV formats), more FLOPs per byte, or more GPUs.
+(Near a communication-bound ceiling the verdict is `comm_latency`.) What shows it:
 
-- the model: measured TPOT near its TPOT where its bound is memory;
+- the model: measured TPOT near its TPOT where its bound is memory (or compute);
 - GPU telemetry: DRAM bandwidth (GPM) busy, power well up (evidence for), or DRAM idle
   (against: the model's bytes are not what the engine reads).
 """
@@ -36,6 +37,7 @@ DRAM_IDLE_PCT = 20.0
 """Below a fifth: the GPU is not memory-bound, whatever the model says."""
 
 _WEIGHTS = {"model": 0.6, "telemetry": 0.4}
+_GPU_BOUNDS = ("memory", "compute")
 _SMALLER_WEIGHTS = {Format.BF16: Format.FP8}
 
 
@@ -46,7 +48,7 @@ def rule(facts: RunFacts) -> list[Finding]:
         if lv.ratio is not None
         and lv.ratio < OVERHEAD_RATIO
         and lv.model is not None
-        and lv.model.step.bound == "memory"
+        and lv.model.step.bound in _GPU_BOUNDS
     ]
     busy = [lv for lv in facts.measured if _dram(lv) is not None and _dram(lv) >= DRAM_BUSY_PCT]
     if not near and not (busy and facts.model is None):
@@ -66,7 +68,7 @@ def rule(facts: RunFacts) -> list[Finding]:
     return [
         Finding(
             kind=FindingKind.MEMORY_BOUND,
-            title=f"decode runs near the memory roofline ({_span(about)})",
+            title=f"decode runs near the roofline ({_bounds(about)}, {_span(about)})",
             severity=Severity.INFO,
             confidence=round(confidence, 3),
             evidence=tally.evidence,
@@ -83,6 +85,11 @@ def rule(facts: RunFacts) -> list[Finding]:
             impact=min(1.0, 1 / (best.ratio or 1.0)) if best.ratio else 0.5,
         )
     ]
+
+
+def _bounds(levels: list[LevelFacts]) -> str:
+    bounds = sorted({lv.model.step.bound for lv in levels if lv.model is not None})
+    return " then ".join(f"{bound}-bound" for bound in bounds) or "memory-bound"
 
 
 def _span(levels: list[LevelFacts]) -> str:
@@ -115,8 +122,8 @@ def _near_evidence(lv: LevelFacts) -> list[Evidence]:
             source=lv.source,
         ),
         Evidence(
-            what=f"memory share of the model's step at batch {lv.batch:.3g}",
-            value=fmt(100 * step.memory_s / step.step_s) if step.step_s else None,
+            what=f"GPU-busy share of the model's step at batch {lv.batch:.3g} ({step.bound})",
+            value=fmt(100 * step.gpu_busy_s / step.step_s) if step.step_s else None,
             unit="%",
             source="model: decode step",
         ),

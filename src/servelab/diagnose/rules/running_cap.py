@@ -42,20 +42,22 @@ _DIRECT = ("metrics", "config", "sweep")
 
 def rule(facts: RunFacts) -> list[Finding]:
     held = [lv for lv in facts.closed if held_back(lv)]
+    top_load = max((lv.load for lv in facts.closed), default=0.0)
     cap = facts.engine.running_cap
+    binding = cap if cap is not None and cap.value < top_load else None
     queueing = queueing_beyond_knee(facts)
     observed = _observed_cap(held)
     tally = Tally()
     if observed is not None:
         tally.add("metrics", _WEIGHTS["metrics"], [e for lv in held for e in held_back(lv)])
-    limit = observed or (cap.value if cap else None) or _knee_cap(facts, queueing)
+    limit = observed or (binding.value if binding else None) or _knee_cap(facts, queueing)
     if limit is None:
         return []
-    top_load = max((lv.load for lv in facts.closed), default=0.0)
-    if cap is not None and cap.value < top_load:
-        agrees = observed is None or _near(observed, cap.value)
+    if cap is not None:
+        agrees = binding is not None and (observed is None or _near(observed, cap.value))
         configured = Evidence(
-            what="configured running-request cap",
+            what="configured running-request cap"
+            + ("" if binding else ", above every load tested"),
             value=cap.value,
             unit="requests",
             source=cap.source,
@@ -68,6 +70,9 @@ def rule(facts: RunFacts) -> list[Finding]:
     tally.add("sweep", _WEIGHTS["sweep"], queueing)
     if not tally.sources:
         return []
+    room = _kv_room(facts, limit)
+    if set(tally.sources) == {"sweep"} and room is not None and not room.supports:
+        return []  # the sweep alone, and the cache holds no more: kv_capacity says so
     about = held or facts.after_knee()
     if any(kv_pressure(facts, lv) for lv in about):
         return []  # the cache, not a cap, held the batch: kv_capacity says so
@@ -76,7 +81,7 @@ def rule(facts: RunFacts) -> list[Finding]:
         tally.add("model", _WEIGHTS["model"], [growth])
     else:
         tally.note(growth)
-    tally.note(_kv_room(facts, limit))
+    tally.note(room)
     grows = growth is None or growth.supports
     strong = tally.count(*_DIRECT) >= 2
     severity = Severity.CRITICAL if strong and grows else Severity.WARNING

@@ -42,11 +42,12 @@ def rule(facts: RunFacts) -> list[Finding]:
         for lv in judged
     ] + [evidence for _, evidence in broken]
     held = f"the SLOs hold up to {best.label}" if best else "no level meets the SLOs"
-    names = ", ".join(name for name, _ in broken) or "see the levels"
+    names = " and ".join(name.upper() for name, _ in broken)
+    breaks = f"{names} break{'s' if len(broken) == 1 else ''} first" if broken else "it breaks"
     return [
         Finding(
             kind=FindingKind.SLO_VIOLATION,
-            title=f"{held}; {names} breaks first at {first.label}",
+            title=f"{held}; {breaks} at {first.label}",
             severity=Severity.WARNING if best else Severity.CRITICAL,
             confidence=0.9,
             evidence=evidence,
