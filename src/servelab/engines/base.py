@@ -125,11 +125,11 @@ class EngineSpec(BaseModel):
         layout = data["layout"]
         if not isinstance(layout, dict):
             raise ValueError("layout must be a mapping of tp, pp, ep, dp")
-        unknown = sorted(set(layout) - set(LAYOUT_NAMES))
+        unknown = sorted(set(layout) - set(LAYOUT_NAMES), key=str)  # YAML keys: any type
         if unknown:
             known = ", ".join(LAYOUT_NAMES)
             raise ValueError(f"unknown key {unknown[0]!r} in layout (known: {known})")
-        twice = sorted(set(layout) & set(data))
+        twice = sorted(set(layout) & set(data), key=str)
         if twice:
             raise ValueError(f"{twice[0]} is given both at the top level and under layout")
         return {**{k: v for k, v in data.items() if k != "layout"}, **layout}

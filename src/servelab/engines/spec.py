@@ -34,16 +34,20 @@ def load_spec(path: Path) -> EngineSpec:
     import yaml
 
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"no engine spec at {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, or a NUL in the path
         raise ConfigError(f"cannot read {path}: {exc}") from None
+    try:
+        document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or type(exc).__name__
         raise ConfigError(f"{path} is not YAML: {problem}{where}") from None
+    except _YAML_VALUE_ERRORS as exc:
+        raise ConfigError(f"{path} is not a spec: {_yaml_value_problem(exc)}") from None
     if not isinstance(document, dict):
         raise ConfigError(f"{path} is not a mapping of spec keys (engine: ..., model: ...)")
     return parse_spec(document, source=str(path))
@@ -97,9 +101,20 @@ def _scalar(text: str) -> Any:
 
     try:
         value = yaml.safe_load(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, *_YAML_VALUE_ERRORS):
         return text
     return value if isinstance(value, str | int | float | bool) else text
+
+
+# Besides YAMLError, PyYAML lets through a date that does not exist (2001-02-30: the
+# datetime constructor's ValueError) and nesting deeper than Python's recursion limit.
+_YAML_VALUE_ERRORS = (ValueError, RecursionError)
+
+
+def _yaml_value_problem(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return f"a value YAML cannot read ({exc})"
 
 
 def _one_line(exc: ValidationError, source: str) -> ConfigError:
