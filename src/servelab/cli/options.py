@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlparse
 
+import orjson
 import typer
 
 from servelab.core.errors import ConfigError
@@ -35,11 +36,26 @@ JsonOutput = Annotated[
 
 def parse_url(url: str) -> str:
     """An http(s) base URL without a trailing slash or an /v1 suffix."""
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+    if any(not c.isprintable() or c.isspace() for c in url):
+        raise ConfigError(f"--url {url!r} has a blank or control character")
+    try:
+        parsed = urlparse(url)
+        port = parsed.port  # parsed on access: not a number, or out of range, raises
+    except ValueError as exc:
+        raise ConfigError(f"--url {url!r} is not a URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ConfigError(f"--url {url!r} is not an http(s) URL", hint="e.g. http://127.0.0.1:8000")
+    if port == 0:
+        raise ConfigError(f"--url {url!r}: port 0 cannot be connected to")
+    if parsed.query or parsed.fragment or url.endswith(("?", "#")):
+        raise ConfigError(f"--url {url!r} is a base URL: it takes no query or fragment")
     base = url.rstrip("/")
     return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+# RFC 9110: a header name is a token; a value holds no control character but HTAB.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def parse_headers(headers: list[str], api_key: str | None) -> dict[str, str]:
@@ -47,21 +63,35 @@ def parse_headers(headers: list[str], api_key: str | None) -> dict[str, str]:
     parsed: dict[str, str] = {}
     for header in headers:
         name, sep, value = header.partition(":")
-        if not sep or not name.strip():
+        name, value = name.strip(), value.strip()
+        if not sep or not name:
             raise ConfigError(f"--header {header!r} is not 'Name: value'")
-        parsed[name.strip()] = value.strip()
+        if not _TOKEN.fullmatch(name):
+            raise ConfigError(
+                f"--header {header!r}: {name!r} is not a header name",
+                hint="letters, digits and !#$%&'*+-.^_`|~",
+            )
+        if _CONTROL.search(value):
+            raise ConfigError(f"--header {header!r} has a control character in its value")
+        parsed[name] = value
     if api_key:
+        if _CONTROL.search(api_key):
+            raise ConfigError("--api-key has a control character (a line end?)")
         parsed["Authorization"] = f"Bearer {api_key}"
     return parsed
 
 
 def parse_extra_body(text: str | None) -> dict[str, Any]:
-    """A JSON object merged into every request body."""
+    """A JSON object merged into every request body.
+
+    Read by the library that sends it (orjson), so what is read can be sent: no NaN or
+    Infinity (not JSON), no lone surrogate, no nesting deeper than it allows.
+    """
     if not text:
         return {}
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
         raise ConfigError(f"--extra-body is not JSON: {exc.msg}") from None
     if not isinstance(value, dict):
         raise ConfigError("--extra-body must be a JSON object, e.g. '{\"temperature\": 0}'")
@@ -80,10 +110,13 @@ def check_range(
     if value is None:
         return
     # Written so that NaN fails every comparison and is refused; infinity is refused too.
+    # A whole number is finite however long (and too long for a float: not converted).
     in_low = value >= low if low_inclusive else value > low
-    in_high = value <= high if high is not None else math.isfinite(value)
+    finite = isinstance(value, int) or math.isfinite(value)
+    in_high = value <= high if high is not None else finite
     if not (in_low and in_high):
         bound = f"{'at least' if low_inclusive else 'above'} {low:g}"
         if high is not None:
             bound += f" and at most {high:g}"
-        raise ConfigError(f"{name} must be {bound}, got {value:g}")
+        shown = str(value) if isinstance(value, int) else f"{value:g}"
+        raise ConfigError(f"{name} must be {bound}, got {shown}")

@@ -25,6 +25,8 @@ def parse_duration_s(text: str, *, what: str = "duration") -> float:
     seconds = float(match.group(1)) * _FACTOR_S[match.group(2)]
     if seconds <= 0:
         raise ConfigError(f"{what} {text!r} must be positive")
+    if not math.isfinite(seconds):
+        raise ConfigError(f"{what} {text!r} is too large for a duration")
     return seconds
 
 
@@ -40,7 +42,8 @@ def parse_number_list(text: str, *, what: str, integer: bool) -> list[float]:
             raise ConfigError(
                 f"{what} {text!r} is not a list of {kind}", hint="for example 1,8,32"
             ) from None
-        if not math.isfinite(value) or value <= 0:
+        # A whole number is finite however long (and too long for a float: not converted).
+        if value <= 0 or not (isinstance(value, int) or math.isfinite(value)):
             raise ConfigError(f"{what} values must be positive, got {part!r}")
         values.append(value)
     return values

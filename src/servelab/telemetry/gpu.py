@@ -397,6 +397,10 @@ class GpuSampler:
         self._emit(rows)
 
 
+_INDEX_DIGITS = 10
+"""An --gpus index this long is unknown whatever NVML sees (int() refuses 4,300 digits)."""
+
+
 def resolve_gpus(spec: str, reader: GpuReader | None = None) -> list[int]:
     """NVML indices for `--gpus`: indices or UUIDs ('GPU-' optional), comma-separated.
 
@@ -417,8 +421,8 @@ def resolve_gpus(spec: str, reader: GpuReader | None = None) -> list[int]:
     uuids = {(reader.uuid(index) or "").lower(): index for index in range(count)}
     indices: list[int] = []
     for item in items:
-        if item.isdigit():
-            index = int(item)
+        if item.isdecimal():
+            index = int(item) if len(item) < _INDEX_DIGITS else count
             if index >= count:
                 raise ConfigError(
                     f"unknown GPU {item!r} in --gpus",
