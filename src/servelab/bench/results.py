@@ -36,7 +36,8 @@ class ClientStats(BaseModel):
     )
     max_schedule_lag_ms: float = Field(description="Largest schedule lag of the level, in ms.")
     p99_loop_lag_ms: float = Field(
-        description="p99 event-loop lag (a 10 ms timer's overshoot), worst worker, in ms."
+        description="p99 event-loop lag (how long a callback made ready waits to run, "
+        "sampled every 10 ms), worst worker, in ms."
     )
     max_loop_lag_ms: float = Field(
         description="Largest event-loop lag of any worker during the level, in ms."
@@ -194,3 +195,6 @@ class BenchSummary(BaseModel):
     run: RunInfo
     levels: list[LevelSummary]
     engine: dict[str, str | int | list[str] | None] | None = None
+    failure: str | None = Field(
+        default=None, description="Why the run failed (status 'failed'), in one line."
+    )
