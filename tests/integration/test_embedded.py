@@ -15,6 +15,7 @@ from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.workload import WorkloadSpec
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import RunningEngine, launch_engine
+from servelab.probe.nvml import open_nvml_with_reason
 from tests.conftest import SERVELAB
 
 pytestmark = pytest.mark.slow
@@ -69,6 +70,17 @@ def test_sweep_on_the_embedded_engine_is_exact(embedded: RunningEngine, tmp_path
     assert len({r["prompt_tokens"] - r["input_tokens_target"] for r in measured}) == 1
 
 
+def _gpus_nvml_sees() -> int:
+    """What the run's probe finds on this host: 0 without NVML or without a GPU."""
+    source, _ = open_nvml_with_reason()
+    if source is None:
+        return 0
+    try:
+        return source.device_count()
+    finally:
+        source.close()
+
+
 def test_servelab_run_end_to_end(tmp_path: Path):
     out = tmp_path / "run"
     started = time.monotonic()
@@ -91,16 +103,17 @@ def test_servelab_run_end_to_end(tmp_path: Path):
         "## Machine",
         "| 64 ",
         "## Machine verdicts",
-        "No NVIDIA GPU visible",
         "## Engine log",
     ):
         assert part in report
+    gpus_here = _gpus_nvml_sees()
+    assert ("No NVIDIA GPU visible" in report) == (gpus_here == 0)
     events = json.loads((out / "engine_events.json").read_text())
     assert events["engine"] == "embedded" and events["lines"] > 0
     assert "engine_ready" in {event["kind"] for event in events["events"]}
     probe = json.loads((out / "probe.json").read_text())
     assert probe["schema"] == "servelab.probe/1"
-    assert "no-nvidia-gpu" in [v["code"] for v in probe["verdicts"]]
+    assert ("no-nvidia-gpu" in [v["code"] for v in probe["verdicts"]]) == (gpus_here == 0)
     assert "Uvicorn running" in (out / "engine.log").read_text()
     pid = summary["engine"]["pid"]
     with pytest.raises(ProcessLookupError):
