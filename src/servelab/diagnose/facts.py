@@ -115,9 +115,6 @@ class RunFacts:
             (lv for lv in self.levels if lv.summary.completed > 0), key=lambda lv: lv.load
         )
 
-    def level(self, index: int) -> LevelFacts:
-        return next(lv for lv in self.levels if lv.level == index)
-
     def events_of(self, *kinds: EventKind) -> list[LogEvent]:
         return [e for e in self.events or [] if e.kind in kinds]
 

@@ -64,7 +64,6 @@ class RunFiles:
     probe: ProbeDoc | None
     probe_source: str
     metric_rows: list[dict[str, Any]] = field(default_factory=list)
-    metrics_source: str = ""
 
 
 def load_run(path: Path, *, engine: str | None = None, probe: Path | None = None) -> RunFiles:
@@ -79,7 +78,7 @@ def load_run(path: Path, *, engine: str | None = None, probe: Path | None = None
     probe_path = probe if probe is not None else own if own.exists() else None
     doc = _probe(probe_path) if probe_path is not None else None
     probe_source = str(probe_path) if doc else "no probe.json in the run and no --probe given"
-    rows, metrics_source = _metric_rows(path / METRICS_FILE)
+    rows = _metric_rows(path / METRICS_FILE)
     return RunFiles(
         path=path,
         summary=summary,
@@ -89,7 +88,6 @@ def load_run(path: Path, *, engine: str | None = None, probe: Path | None = None
         probe=doc,
         probe_source=probe_source,
         metric_rows=rows,
-        metrics_source=metrics_source,
     )
 
 
@@ -158,10 +156,10 @@ def _probe(path: Path) -> ProbeDoc:
     return ProbeDoc(source=str(path), verdicts=verdicts, document=document)
 
 
-def _metric_rows(path: Path) -> tuple[list[dict[str, Any]], str]:
+def _metric_rows(path: Path) -> list[dict[str, Any]]:
     """The /metrics scrapes (rows of kind 'metrics'); a torn last line is skipped."""
     if not path.exists():
-        return [], f"no {METRICS_FILE}"
+        return []
     rows = []
     for line in path.read_bytes().splitlines():
         try:
@@ -170,4 +168,4 @@ def _metric_rows(path: Path) -> tuple[list[dict[str, Any]], str]:
             continue
         if isinstance(row, dict) and row.get("kind") == "metrics":
             rows.append(row)
-    return rows, METRICS_FILE
+    return rows

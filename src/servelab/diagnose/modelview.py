@@ -44,13 +44,9 @@ class ModelView:
         return layout.tp * layout.pp * max(layout.ep, 1) > 1
 
     def decode(self, batch: float, context: float, *, datasheet: bool = False) -> StepBreakdown:
-        """One decode step (unscaled seconds inside; use the *_ms helpers for the run's)."""
+        """One decode step, in the model's own (unscaled) seconds."""
         dep = self.datasheet if datasheet and self.datasheet is not None else self.deployment
         return step(dep, decode_batch=max(batch, 1e-9), context_tokens=context)
-
-    def step_ms(self, batch: float, context: float, *, datasheet: bool = False) -> float:
-        """A decode step in the run's milliseconds."""
-        return self.decode(batch, context, datasheet=datasheet).step_s * 1e3 / self.time_scale
 
     def tpot_ms(
         self, batch: float, input_len: float, output_len: float, *, datasheet: bool = False

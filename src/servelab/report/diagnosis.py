@@ -50,7 +50,7 @@ def render_diagnosis_markdown(diagnosis: Diagnosis) -> str:
         lines.append("")
     for layers in diagnosis.layers:
         lines += [f"Layers at {layers.point} ({_point(layers)}):", ""]
-        lines += ["| layer | ms per token | tok/s | source |", "|---|---|---|---|"]
+        lines += ["| layer | ms per token | tok/s per stream | source |", "|---|---|---|---|"]
         for layer in layers.layers:
             lines.append(
                 f"| {layer.name} | {_ms(layer.ms_per_token)} | {_rate(layer.tokens_per_s)} | "
@@ -128,7 +128,11 @@ def _layers(layers: GapLayers) -> Table:
         caption=_shares_caption(layers),
         caption_justify="left",
     )
-    for name, justify in (("layer", "left"), ("ms per token", "right"), ("tok/s", "right")):
+    for name, justify in (
+        ("layer", "left"),
+        ("ms per token", "right"),
+        ("tok/s per stream", "right"),
+    ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     table.add_column("source", justify="left")
     for layer in layers.layers:

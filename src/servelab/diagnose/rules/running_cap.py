@@ -200,13 +200,17 @@ def _gain(facts: RunFacts, limit: float, new_cap: int) -> ExpectedGain | None:
     if before <= 0 or after <= before:
         return None
     factor = after / before
+    text = f"raising the cap to {new_cap}: up to {factor:.1f}x at {new_cap} concurrent"
+    fits = facts.model.kv_max_concurrency(inp, out)
+    if fits >= 2 * new_cap:
+        further = facts.model.total_tokens_per_s(fits, inp, out) / before
+        text += f"; the KV cache holds {fits:,} such requests, up to {further:.1f}x there"
     return ExpectedGain(
         factor=fmt(factor),
         metric="total throughput",
         at=f"concurrency {new_cap}",
         source="model",
-        text=f"raising the cap to {new_cap}: up to {factor:.1f}x at {new_cap} concurrent, "
-        "per the model",
+        text=text + ", per the model",
     )
 
 
