@@ -89,7 +89,7 @@ def level(
 ) -> LevelSummary:
     """A closed-loop level; E2E follows from TTFT and TPOT, throughputs from total_tps."""
     e2e = ttft_ms + (output_len - 1) * tpot_ms
-    duration = completed * (input_len + output_len) / total_tps
+    duration = max(completed, 1) * (input_len + output_len) / total_tps
     values = {
         **neutral(LevelSummary),
         "level": index,
@@ -105,9 +105,9 @@ def level(
         "total_output_tokens": completed * output_len,
         "input_token_source": "usage",
         "request_throughput": completed / duration,
+        "total_throughput": total_tps if completed else 0.0,
         "input_throughput": completed * input_len / duration,
         "output_throughput": completed * output_len / duration,
-        "total_throughput": total_tps,
         "mean_ttft_ms": ttft_ms,
         "median_ttft_ms": ttft_ms,
         "p90_ttft_ms": ttft_ms,

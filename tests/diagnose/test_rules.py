@@ -533,3 +533,85 @@ def test_the_story_plateau_with_its_vm_probe_is_still_the_cap(tmp_path: Path):
     found = diagnose(write_run(tmp_path / "run", run, probe=probe), engine="sglang", **GLM)
     assert kinds(found)[0] == "running_request_cap"
     assert "comm_latency" in kinds(found)
+
+
+def test_kv_usage_implies_the_cache_size(tmp_path: Path):
+    """vLLM's names carry no capacity: 12 running at 75% usage fill a cache of 12 requests."""
+    levels = [
+        level(
+            0,
+            4,
+            total_tps=400,
+            tpot_ms=5,
+            ttft_ms=10,
+            input_len=64,
+            output_len=64,
+            telemetry=telemetry(engine=running(4, kv=0.25)),
+        ),
+        level(
+            1,
+            16,
+            total_tps=1200,
+            tpot_ms=5,
+            ttft_ms=12,
+            input_len=64,
+            output_len=64,
+            telemetry=telemetry(engine=running(12, queued=4, kv=0.75)),
+        ),
+        level(
+            2,
+            64,
+            total_tps=1210,
+            tpot_ms=5,
+            ttft_ms=900,
+            input_len=64,
+            output_len=64,
+            telemetry=telemetry(engine=running(12, queued=52, kv=0.75)),
+        ),
+    ]
+    found = diagnose(write_run(tmp_path, summary(levels, input_len=64, output_len=64)))
+    assert kinds(found)[0] == "kv_capacity"
+    assert "running_request_cap" not in kinds(found)
+
+
+def test_a_run_where_nothing_succeeded(tmp_path: Path):
+    run = summary([level(0, 4, total_tps=1, tpot_ms=10, ttft_ms=20, completed=0, failed=16)])
+    found = diagnose(write_run(tmp_path, run), **LLAMA)
+    assert kinds(found) == ["errors"]
+    assert found.findings[0].severity is Severity.CRITICAL
+    assert found.layers == []
+
+
+def test_an_open_loop_sweep_late_arrivals_are_the_client(tmp_path: Path):
+    late = client(
+        client_bound=True, client_bound_reason="p99 schedule lag", p99_schedule_lag_ms=80.0
+    )
+    levels = [
+        level(
+            0,
+            1,
+            total_tps=100,
+            tpot_ms=10,
+            ttft_ms=20,
+            load_mode="request_rate",
+            max_concurrency=None,
+            request_rate=10.0,
+            little=2.0,
+        ),
+        level(
+            1,
+            1,
+            total_tps=900,
+            tpot_ms=10,
+            ttft_ms=20,
+            load_mode="request_rate",
+            max_concurrency=None,
+            request_rate=100.0,
+            little=20.0,
+            client=late,
+        ),
+    ]
+    found = diagnose(write_run(tmp_path, summary(levels)))
+    top = found.findings[0]
+    assert top.kind is FindingKind.CLIENT_BOUND and top.severity is not Severity.INFO
+    assert not found.knee.found

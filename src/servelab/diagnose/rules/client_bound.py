@@ -1,13 +1,14 @@
 """`client_bound`: the load generator, not the engine, set the pace of some levels.
 
-Three independent views of a level: the bench's self-check (schedule lag, event-loop lag
-or CPU material against the level's own timing, `client.client_bound`), Little's law (in
+Independent views of a level: the bench's self-check (schedule lag, event-loop lag or CPU
+material against the level's own timing, `client.client_bound`); with it, a worker's CPU
+at its limit or (open loop) arrivals later than their own mean spacing; Little's law (in
 closed loop the mean number in flight falls short of the concurrency asked when the
-client is slow to send), and the engine's own count of running plus waiting requests,
+client is slow to send); and the engine's own count of running plus waiting requests,
 which falls short of what the client believes it had in flight.
 
-A level is client-limited when the load did not reach the engine: the self-check or the
-engine's count says so and Little's law or the other agrees. When the self-check fired
+A level is client-limited when two views say the load did not reach the engine. When
+only the self-check fired
 but the load did arrive (Little's law and the engine's count say so), the lag only
 blurred the client's timestamps: latency percentiles are less exact, throughput stands,
 and the finding is information. A client-limited level that sets the run's result (the
@@ -17,13 +18,14 @@ knee, the best, the last) makes every other finding about it suspect: critical.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from servelab.diagnose.actions import bench_action, text_action
 from servelab.diagnose.facts import LevelFacts, RunFacts
 from servelab.diagnose.findings import Action, Evidence, Finding, FindingKind, Severity, Tally
 from servelab.diagnose.signals import fmt
 
-__all__ = ["ENGINE_SEEN_SHARE", "LITTLE_SHARE", "STREAMS_PER_WORKER", "rule"]
+__all__ = ["CPU_SATURATED_PCT", "ENGINE_SEEN_SHARE", "LITTLE_SHARE", "STREAMS_PER_WORKER", "rule"]
 
 LITTLE_SHARE = 0.75
 """Little's-law concurrency under this share of the target: slots sat empty. Short levels
@@ -33,8 +35,11 @@ ENGINE_SEEN_SHARE = 0.8
 client had in flight: the requests were late leaving the client."""
 STREAMS_PER_WORKER = 256
 """The bench's default split: one worker process per 256 streams."""
+CPU_SATURATED_PCT = 90.0
+"""A worker over 90% of a core cannot take more work: its sends and reads queue behind
+each other (the bench's own limit)."""
 
-_WEIGHTS = {"self-check": 0.6, "little": 0.3, "engine": 0.5}
+_WEIGHTS = {"self-check": 0.6, "saturated": 0.4, "little": 0.3, "engine": 0.5}
 _LAG_ONLY_CONFIDENCE = 0.3
 
 
@@ -49,16 +54,42 @@ def rule(facts: RunFacts) -> list[Finding]:
 
 
 def _limited(lv: LevelFacts) -> bool:
-    views = [bool(_self_check(lv)), bool(_little(lv)), bool(_engine_view(lv))]
-    return sum(views) >= 2
+    return sum(bool(read(lv)) for read in _VIEWS.values()) >= 2
+
+
+def _saturated(lv: LevelFacts) -> list[Evidence]:
+    """A worker's CPU at its limit, or open-loop arrivals later than their own spacing."""
+    client = lv.summary.client
+    if not client.client_bound:
+        return []
+    source = f"summary.json level {lv.level} client"
+    if client.max_cpu_pct >= CPU_SATURATED_PCT:
+        return [
+            Evidence(
+                what="busiest worker's CPU, at its limit",
+                value=fmt(client.max_cpu_pct),
+                unit="% of a core",
+                source=source,
+            )
+        ]
+    rate = lv.summary.request_rate
+    if not lv.closed and rate and client.p99_schedule_lag_ms >= 1000.0 / rate:
+        return [
+            Evidence(
+                what=f"p99 schedule lag, over the mean arrival gap of {1000 / rate:.3g} ms",
+                value=fmt(client.p99_schedule_lag_ms),
+                unit="ms",
+                source=source,
+            )
+        ]
+    return []
 
 
 def _limited_finding(facts: RunFacts, limited: list[LevelFacts]) -> Finding:
     tally = Tally()
     for lv in limited:
-        tally.add("self-check", _WEIGHTS["self-check"], _self_check(lv))
-        tally.add("little", _WEIGHTS["little"], _little(lv))
-        tally.add("engine", _WEIGHTS["engine"], _engine_view(lv))
+        for view, read in _VIEWS.items():
+            tally.add(view, _WEIGHTS[view], read(lv))
     hits = {lv.level for lv in limited}
     severity = Severity.CRITICAL if _decisive(facts) & hits else Severity.WARNING
     worst = max(limited, key=lambda lv: lv.load)
@@ -179,6 +210,14 @@ def _delivered(lv: LevelFacts) -> list[Evidence]:
     if seen is not None:
         found.append(_engine_evidence(lv, seen, supports=False))
     return found
+
+
+_VIEWS: dict[str, Callable[[LevelFacts], list[Evidence]]] = {
+    "self-check": _self_check,
+    "saturated": _saturated,
+    "little": _little,
+    "engine": _engine_view,
+}
 
 
 def _decisive(facts: RunFacts) -> set[int]:

@@ -4,7 +4,9 @@ Each running request holds its prompt and its output so far in the cache; when t
 is full, newcomers wait (SGLang, the simulator) or running ones are preempted and
 recomputed (vLLM, SGLang's retractions). What shows it:
 
-- the engine's KV usage near full at a level where requests waited;
+- the engine's KV usage near full at a level where requests waited, or the cache size its
+  usage implies (running x tokens held per request / usage) holding no more requests
+  than ran;
 - preemptions (vLLM's counter) or retractions in the log;
 - the cache's size (the log's, or /metrics') over the tokens of one request: no more
   requests fit than ran, and fewer than the level asked;
@@ -43,7 +45,14 @@ model's capacity is an estimate (engines reserve memory it does not know about).
 FP8_KV = "fp8_e4m3"
 """A KV cache dtype both SGLang and vLLM accept."""
 
-_WEIGHTS = {"usage": 0.6, "preemption": 0.6, "capacity": 0.5, "sweep": 0.4, "model": 0.3}
+_WEIGHTS = {
+    "usage": 0.6,
+    "preemption": 0.6,
+    "capacity": 0.5,
+    "held": 0.4,
+    "sweep": 0.4,
+    "model": 0.3,
+}
 _DIRECT = ("usage", "preemption", "capacity", "sweep")
 
 
@@ -60,6 +69,8 @@ def kv_pressure(facts: RunFacts, lv: LevelFacts) -> dict[str, list[Evidence]]:
                 source=f"engine metrics ({engine.engine}) level {lv.level}",
             )
         ]
+    elif (implied := _usage_fit(lv)) is not None:
+        found["usage"] = [implied]
     if lv.preemptions:
         found["preemption"] = [
             Evidence(
@@ -76,7 +87,8 @@ def kv_pressure(facts: RunFacts, lv: LevelFacts) -> dict[str, list[Evidence]]:
 
 
 def rule(facts: RunFacts) -> list[Finding]:
-    about = [lv for lv in facts.closed if held_back(lv)] or facts.after_knee()
+    held = [lv for lv in facts.closed if held_back(lv)]
+    about = held or facts.after_knee()
     tally = Tally()
     for lv in about:
         for source, evidence in kv_pressure(facts, lv).items():
@@ -91,15 +103,22 @@ def rule(facts: RunFacts) -> list[Finding]:
     ]
     tally.add("preemption", _WEIGHTS["preemption"], full_events)
     queueing = queueing_beyond_knee(facts)
+    running = _running(about)
     if not tally.sources:
-        model_says = _model_limit(facts)
-        if not (queueing and model_says and facts.engine.running_cap is None):
+        # Held back, and the cap is not it: the model's cache holds about what ran.
+        model_says = _model_limit(facts, about, running)
+        capped = (
+            facts.engine.running_cap is not None
+            and running is not None
+            and (abs(facts.engine.running_cap.value - running) <= 1)
+        )
+        if not ((queueing or held) and model_says and not capped):
             return []
         tally.add("model", _WEIGHTS["model"], [model_says])
+        tally.add("held", _WEIGHTS["held"], [e for lv in held for e in held_back(lv)])
+    else:
+        tally.evidence += [e for lv in held for e in held_back(lv)]
     tally.add("sweep", _WEIGHTS["sweep"], queueing)
-    for lv in about:
-        tally.evidence += held_back(lv)
-    running = _running(about)
     if not about:
         severity = Severity.INFO  # retractions in the log, but no level was held back
     elif tally.count(*_DIRECT) >= 2:
@@ -166,16 +185,45 @@ def _fit(facts: RunFacts, lv: LevelFacts) -> Evidence | None:
     )
 
 
-def _model_limit(facts: RunFacts) -> Evidence | None:
-    """The model's KV limit near the knee, when the engine's own numbers are missing."""
-    knee = facts.knee_level()
-    if knee is None or facts.model is None:
+def _usage_fit(lv: LevelFacts) -> Evidence | None:
+    """The cache size the engine's KV usage implies holds about as many requests as ran.
+
+    A running request holds on average its prompt and half its output, so the cache is
+    about running x (input + output / 2) / usage tokens; of requests of input + output
+    tokens it holds that over their size. Held-back levels only (a queue waited)."""
+    engine = lv.engine
+    if engine is None or not held_back(lv):
         return None
-    fits = facts.model.kv_max_concurrency(round(knee.input_tokens), round(knee.output_tokens))
-    if fits > KV_MODEL_ROOM * knee.load:
+    usage, running, peak = engine.kv_usage_mean, engine.running_mean, engine.running_max
+    if not usage or not running or not peak:
+        return None
+    tokens = running * (lv.input_tokens + lv.output_tokens / 2) / usage
+    fits = tokens / max(lv.tokens_per_request, 1.0)
+    if peak < KV_FIT_SHARE * fits:
         return None
     return Evidence(
-        what="requests of this size the model's KV cache holds",
+        what=f"requests the cache holds, from KV usage {100 * usage:.0f}% at {running:.3g} running",
+        value=fmt(fits),
+        unit="requests",
+        source=f"engine metrics ({engine.engine}) level {lv.level}",
+    )
+
+
+def _model_limit(
+    facts: RunFacts, about: list[LevelFacts], running: float | None
+) -> Evidence | None:
+    """The model's cache holds no more than ran (or than the knee's load), when the
+    engine's own numbers are missing."""
+    knee = facts.knee_level()
+    lv = about[-1] if about else knee
+    if lv is None or facts.model is None:
+        return None
+    limit = running or (knee.load if knee is not None else lv.load)
+    fits = facts.model.kv_max_concurrency(round(lv.input_tokens), round(lv.output_tokens))
+    if fits > KV_MODEL_ROOM * limit:
+        return None
+    return Evidence(
+        what=f"requests of {lv.tokens_per_request:,.0f} tokens the model's KV cache holds",
         value=fits,
         unit="requests",
         source="model: KV capacity",

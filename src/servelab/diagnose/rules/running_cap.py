@@ -71,8 +71,8 @@ def rule(facts: RunFacts) -> list[Finding]:
     if not tally.sources:
         return []
     room = _kv_room(facts, limit)
-    if set(tally.sources) == {"sweep"} and room is not None and not room.supports:
-        return []  # the sweep alone, and the cache holds no more: kv_capacity says so
+    if "config" not in tally.sources and room is not None and not room.supports:
+        return []  # no cap configured, and the cache holds no more: kv_capacity says so
     about = held or facts.after_knee()
     if any(kv_pressure(facts, lv) for lv in about):
         return []  # the cache, not a cap, held the batch: kv_capacity says so
