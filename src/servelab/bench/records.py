@@ -39,6 +39,8 @@ class ErrorKind(StrEnum):
     """The response completed without any generated text."""
     CANCELLED = "cancelled"
     """Still in flight when the run was interrupted; not counted as a failure."""
+    ENGINE_DIED = "engine_died"
+    """The engine servelab launched had exited: the request failed with it, or was cut."""
 
 
 class OutputTokenSource(StrEnum):

@@ -43,6 +43,7 @@ _START_MARGIN_NS = 20_000_000
 _READY_TIMEOUT_S = 60.0
 _STOP_GRACE_S = 15.0
 _PROGRESS_EVERY_NS = 100_000_000
+_POLL_STOP_NS = 100_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,8 @@ class LevelOutcome:
     records: list[RequestRecord]
     workers: list[WorkerStats]
     interrupted: bool
+    stopped: str | None = None
+    """Why `stop_when` ended the level early (the engine died), if it did."""
 
 
 def default_workers(level: LevelSpec) -> int:
@@ -71,12 +74,17 @@ def run_level(
     seed: int,
     on_records: Callable[[list[RequestRecord]], None],
     on_event: Callable[[BenchEvent], None],
+    stop_when: Callable[[], str | None] | None = None,
 ) -> LevelOutcome:
-    """Run the level's warm-up then its measured requests; never raises on Ctrl-C."""
+    """Run the level's warm-up then its measured requests; never raises on Ctrl-C.
+
+    `stop_when`, polled every 100 ms, ends the level early when it returns a reason.
+    """
     count = workers or default_workers(level)
     if level.mode is LoadMode.CONCURRENCY:
         count = min(count, int(level.value))
     collector = _Collector(level, on_records, on_event)
+    collector.stop_when = stop_when
     with _pool(count, endpoint) as pool:
         if warmup_items:
             on_event(LevelStarted(level, len(warmup_items), None, count, warmup=True))
@@ -84,7 +92,7 @@ def run_level(
             collector.warmup = True
             pool.run(warm, collector)
             collector.warmup = False
-        if collector.interrupted:
+        if collector.interrupted or collector.stopped:
             return collector.outcome([])
         total = None if level.duration_s is not None else len(items)
         on_event(LevelStarted(level, total, level.duration_s, count, warmup=False))
@@ -178,9 +186,12 @@ class _Collector:
         self.records: list[RequestRecord] = []
         self.warmup = False
         self.interrupted = False
+        self.stop_when: Callable[[], str | None] | None = None
+        self.stopped: str | None = None
         self.completed = self.failed = self.tokens = 0
         self.t_start_ns = now_ns()
         self.t_progress_ns = 0
+        self.t_polled_ns = 0
 
     def take(self, payload: bytes) -> None:
         batch = [RequestRecord.from_json(row) for row in orjson.loads(payload)]
@@ -205,7 +216,16 @@ class _Collector:
         self.on_event(LevelProgress(self.level, self.completed, self.failed, self.tokens, elapsed))
 
     def outcome(self, stats: list[WorkerStats]) -> LevelOutcome:
-        return LevelOutcome(self.records, stats, self.interrupted)
+        return LevelOutcome(self.records, stats, self.interrupted, self.stopped)
+
+    def should_stop(self) -> str | None:
+        """The first reason `stop_when` gives, polled at most every 100 ms."""
+        t = now_ns()
+        if self.stop_when is None or self.stopped or t - self.t_polled_ns < _POLL_STOP_NS:
+            return None
+        self.t_polled_ns = t
+        self.stopped = self.stop_when()
+        return self.stopped
 
 
 class _Pool:
@@ -223,6 +243,9 @@ class _Pool:
         deadline: float | None = None
         while len(stats) < len(self.processes):
             try:
+                if collector.should_stop():
+                    self.stop()
+                    deadline = now_ns() + int(_STOP_GRACE_S * NS_PER_S)
                 try:
                     message = self.inbox.get(timeout=0.1)
                 except queue.Empty:
@@ -233,7 +256,8 @@ class _Pool:
                     continue
                 if message[0] == "ack":
                     acknowledged.add(message[1])
-                    if len(acknowledged) == len(self.pipes) and not collector.interrupted:
+                    started = not (collector.interrupted or collector.stopped)
+                    if len(acknowledged) == len(self.pipes) and started:
                         collector.t_start_ns = self._start()
                 elif message[0] == "records":
                     collector.take(message[2])

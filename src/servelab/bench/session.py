@@ -25,12 +25,13 @@ from servelab.bench.events import BenchEvent, LevelFinished, Notice
 from servelab.bench.load import LevelSpec, LoadMode
 from servelab.bench.metrics import compute_level
 from servelab.bench.preflight import Preflight, run_preflight
-from servelab.bench.records import RequestRecord
+from servelab.bench.records import ErrorKind, RequestRecord
 from servelab.bench.results import BenchSummary, LevelSummary, RunInfo
 from servelab.bench.runner import run_level
 from servelab.bench.tokens import ServerTokenizer, TokenCounter
 from servelab.bench.workload import WorkloadSpec, build_requests
-from servelab.core.errors import Interrupted
+from servelab.core.errors import EngineDied, Interrupted
+from servelab.core.processes import describe_exit
 from servelab.core.provenance import git_sha, host_facts, versions
 from servelab.core.redact import is_secret_name, redact_argv, register_secret
 from servelab.engines.base import PINNING_FIELDS
@@ -106,6 +107,7 @@ def run_bench(
     run_dir: RunDir | None = None,
     engine_info: dict[str, Any] | None = None,
     log_stats: LogStats | None = None,
+    engine_exit: Callable[[], int | None] | None = None,
 ) -> BenchOutcome:
     """Run every level of `config`; results go to `run_dir` (created when not given).
 
@@ -114,7 +116,7 @@ def run_bench(
     this must guard its entry point with `if __name__ == "__main__":`. `log_stats`, the
     stats lines of a launched engine's log, fill the level's engine fields /metrics lacks.
     """
-    return _Session(config, on_event, engine_info, log_stats).run(run_dir)
+    return _Session(config, on_event, engine_info, log_stats, engine_exit).run(run_dir)
 
 
 class _Session:
@@ -124,11 +126,14 @@ class _Session:
         on_event: Callable[[BenchEvent], None],
         engine_info: dict[str, Any] | None,
         log_stats: LogStats | None,
+        engine_exit: Callable[[], int | None] | None = None,
     ) -> None:
         self.config = config
         self.on_event = on_event
         self.engine_info = engine_info
         self.log_stats = log_stats
+        self.engine_exit = engine_exit
+        """The launched engine's exit code once it has exited, else None (None: not ours)."""
         self.levels: list[LevelSummary] = []
         self.telemetry: TelemetrySession | None = None
 
@@ -166,14 +171,18 @@ class _Session:
             for spec in specs:
                 summary = self._run_level(spec, preflight, counter)
                 self.levels.append(summary)
+                if not summary.interrupted:
+                    self._save("running")  # a crash between levels keeps the finished ones
                 self.on_event(LevelFinished(summary))
                 if summary.interrupted:
                     self._save("interrupted")
                     raise Interrupted("interrupted", run_dir=str(self.run_dir.path))
+                if (code := self._engine_exit_code()) is not None:
+                    raise self._engine_died(spec, code)
         except KeyboardInterrupt:
             self._save("interrupted")
             raise Interrupted("interrupted", run_dir=str(self.run_dir.path)) from None
-        except Interrupted:
+        except (Interrupted, EngineDied):
             raise
         except BaseException:
             self._save("failed")
@@ -251,6 +260,8 @@ class _Session:
         )
 
         def save_records(batch: list[RequestRecord]) -> None:
+            if self._engine_exit_code() is not None:
+                _blame_the_engine(batch)
             self.run_dir.append_jsonl("requests.jsonl", (r.to_json() for r in batch))
 
         outcome = run_level(
@@ -262,7 +273,10 @@ class _Session:
             seed=c.workload.seed,
             on_records=save_records,
             on_event=self.on_event,
+            stop_when=self._engine_gone if self.engine_exit else None,
         )
+        if self._engine_exit_code() is not None:
+            _blame_the_engine(outcome.records)
         summary = compute_level(
             outcome.records,
             level=spec,
@@ -329,9 +343,27 @@ class _Session:
             notes=list(preflight.notes),
         )
 
-    def _save(self, status: str) -> BenchSummary:
+    def _engine_exit_code(self) -> int | None:
+        return self.engine_exit() if self.engine_exit is not None else None
+
+    def _engine_gone(self) -> str | None:
+        code = self._engine_exit_code()
+        return None if code is None else f"the engine exited with {describe_exit(code)}"
+
+    def _engine_died(self, spec: LevelSpec, code: int) -> EngineDied:
+        """Save the finished levels as a failed run, and the error that says why."""
+        during = f"level {spec.index}"
+        message = f"the engine died during {during} ({describe_exit(code)})"
+        self._save("failed", failure=message)
+        return EngineDied(message, exit_code=code, during=during, run_dir=str(self.run_dir.path))
+
+    def _save(self, status: str, *, failure: str | None = None) -> BenchSummary:
         summary = BenchSummary(
-            status=status, run=self.info, levels=self.levels, engine=self.engine_info
+            status=status,
+            run=self.info,
+            levels=self.levels,
+            engine=self.engine_info,
+            failure=failure,
         )
         self.run_dir.write_json("summary.json", summary)
         best = max(self.levels, key=lambda s: s.output_throughput, default=None)
@@ -350,6 +382,27 @@ class _Session:
             ),
         )
         return summary
+
+
+_DEATH_SYMPTOMS = frozenset(
+    {
+        ErrorKind.UNREACHABLE,
+        ErrorKind.DROPPED,
+        ErrorKind.STALL,
+        ErrorKind.TIMEOUT,
+        ErrorKind.INCOMPLETE,
+        ErrorKind.MALFORMED,
+        ErrorKind.CANCELLED,
+    }
+)
+"""What a request sees when its server process vanishes: refused, cut, or left hanging."""
+
+
+def _blame_the_engine(records: list[RequestRecord]) -> None:
+    """Once the engine has exited, refused, cut and stopped requests are its death."""
+    for record in records:
+        if not record.ok and record.error_kind in _DEATH_SYMPTOMS:
+            record.error_kind = ErrorKind.ENGINE_DIED
 
 
 def _register_header_secrets(headers: dict[str, str]) -> None:

@@ -86,14 +86,14 @@ class EngineDied(ServelabError):
         self,
         message: str,
         *,
-        exit_code: int | None,
+        exit_code: int,
+        during: str,
         run_dir: str | None = None,
-        log_tail: list[str] | None = None,
     ) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.during = during
         self.run_dir = run_dir
-        self.log_tail = log_tail or []
 
 
 class Interrupted(ServelabError):

@@ -15,6 +15,7 @@ import threading
 
 __all__ = [
     "PARENT_POLL_S",
+    "describe_exit",
     "die_with_parent",
     "group_alive",
     "request_parent_death_signal",
@@ -42,6 +43,16 @@ def group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def describe_exit(code: int) -> str:
+    """`exit code 3`, or `signal SIGKILL` for Popen's negative return codes."""
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
 
 
 def request_parent_death_signal(sig: signal.Signals = signal.SIGKILL) -> bool:

@@ -36,6 +36,7 @@ __all__ = [
     "MAX_EVENTS_PER_KIND",
     "MAX_TEXT_CHARS",
     "SIGNATURES",
+    "EngineExit",
     "EventKind",
     "EventSeverity",
     "KindInfo",
@@ -82,6 +83,17 @@ class LogEvent(BaseModel):
     t_mono_ns: int | None = Field(default=None, description="perf_counter_ns when it was read.")
 
 
+class EngineExit(BaseModel):
+    """The engine exited while servelab still needed it: how, and its last words."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: int = Field(description="Its exit code; negative: killed by that signal.")
+    description: str = Field(description="'exit code 1' or 'signal SIGKILL'.")
+    during: str = Field(description="What servelab was doing, e.g. 'level 2'.")
+    log_tail: list[str] = Field(default_factory=list, description="Its log's last lines.")
+
+
 class LogScan(BaseModel):
     """Everything matched in one engine's log, for storing with the run."""
 
@@ -91,6 +103,9 @@ class LogScan(BaseModel):
     lines: int
     events: list[LogEvent]
     counts: dict[EventKind, int] = Field(description="Every occurrence, by kind.")
+    exit: EngineExit | None = Field(
+        default=None, description="Set when the engine died during the run."
+    )
 
 
 class SignatureMatcher:

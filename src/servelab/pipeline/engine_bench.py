@@ -15,9 +15,12 @@ from typing import Any
 
 from servelab.bench.events import BenchEvent, Notice
 from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
+from servelab.core.errors import EngineDied
+from servelab.core.processes import describe_exit
 from servelab.engines.base import EngineSpec
+from servelab.engines.enginelog import log_tail
 from servelab.engines.launcher import RunningEngine
-from servelab.engines.signatures import LogScan
+from servelab.engines.signatures import EngineExit, LogScan
 from servelab.engines.watched import WatchedEngine, launch_watched
 from servelab.store import RunDir
 
@@ -26,10 +29,12 @@ __all__ = [
     "bench_engine",
     "engine_fields",
     "engine_info",
+    "note_death",
     "save_engine_events",
 ]
 
 ENGINE_EVENTS_FILENAME = "engine_events.json"
+DEATH_LOG_LINES = 20
 
 
 def bench_engine(
@@ -43,6 +48,7 @@ def bench_engine(
     name = config.name or spec.served_name or spec.engine
     run_dir = RunDir.create(name=name, out=config.out, root=config.runs_root)
     watched: WatchedEngine | None = None
+    died: EngineExit | None = None
     try:
         watched = launch_watched(
             spec,
@@ -56,13 +62,30 @@ def bench_engine(
             run_dir=run_dir,
             engine_info=engine_info(watched.engine),
             log_stats=watched.log_stats,
+            engine_exit=watched.engine.process.poll,
         )
+    except EngineDied as exc:
+        if watched is not None:
+            died = note_death(watched, exc)
+        raise
     finally:
         if watched is not None:
-            on_event(Notice("stopping the engine"))
+            if watched.engine.process.poll() is None:
+                on_event(Notice("stopping the engine"))
             watched.engine.stop()
-            save_engine_events(run_dir, watched)
+            save_engine_events(run_dir, watched, died)
         run_dir.close()
+
+
+def note_death(watched: WatchedEngine, died: EngineDied) -> EngineExit:
+    """How the engine died, with its last log lines, for engine_events.json and the report."""
+    watched.engine.stop()  # reaps what is left of its group and flushes its log
+    return EngineExit(
+        code=died.exit_code,
+        description=describe_exit(died.exit_code),
+        during=died.during,
+        log_tail=log_tail(watched.engine.log_path, DEATH_LOG_LINES),
+    )
 
 
 def engine_fields(engine: RunningEngine, *, metrics: bool) -> dict[str, Any]:
@@ -97,9 +120,15 @@ def engine_info(engine: RunningEngine) -> dict[str, Any]:
     }
 
 
-def save_engine_events(run_dir: RunDir, watched: WatchedEngine) -> LogScan | None:
-    """engine_events.json: the signatures its log matched so far; the scan, for the report."""
+def save_engine_events(
+    run_dir: RunDir, watched: WatchedEngine, died: EngineExit | None = None
+) -> LogScan | None:
+    """engine_events.json: the signatures its log matched so far, and how it died if it
+    did during the run; the scan, for the report."""
     scan = watched.scan()
+    if died is not None:
+        empty = LogScan(engine=watched.engine.adapter.name, lines=0, events=[], counts={})
+        scan = (scan or empty).model_copy(update={"exit": died})
     if scan is not None:
         run_dir.write_text(ENGINE_EVENTS_FILENAME, scan.model_dump_json(indent=2) + "\n")
     return scan

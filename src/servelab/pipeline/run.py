@@ -17,13 +17,19 @@ from servelab.bench.load import LoadMode
 from servelab.bench.results import BenchSummary
 from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.workload import WorkloadSpec
-from servelab.core.errors import ConfigError, Interrupted
+from servelab.core.errors import ConfigError, EngineDied, Interrupted
 from servelab.core.net import ensure_listening
 from servelab.diagnose import Knee, find_knee
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import RunningEngine
+from servelab.engines.signatures import EngineExit
 from servelab.engines.watched import WatchedEngine, launch_watched
-from servelab.pipeline.engine_bench import engine_fields, engine_info, save_engine_events
+from servelab.pipeline.engine_bench import (
+    engine_fields,
+    engine_info,
+    note_death,
+    save_engine_events,
+)
 from servelab.probe.collect import run_probe
 from servelab.probe.report import ProbeReport
 from servelab.report import render_run_report
@@ -113,10 +119,14 @@ def run_pipeline(
                 run_dir=run_dir,
                 engine_info=info,
                 log_stats=watched.log_stats if watched else None,
+                engine_exit=watched.engine.process.poll if watched else None,
             )
-        except Interrupted:
+        except (Interrupted, EngineDied) as stopped:
+            died = None
+            if watched is not None and isinstance(stopped, EngineDied):
+                died = note_death(watched, stopped)
             _stop(watched, on_event)
-            _write_report(run_dir, _load_summary(run_dir), watched, probe)
+            _write_report(run_dir, _load_summary(run_dir), watched, probe, died)
             raise
         _stop(watched, on_event)
         knee, report = _write_report(run_dir, outcome.summary, watched, probe)
@@ -184,9 +194,10 @@ def _write_report(
     summary: BenchSummary | None,
     watched: WatchedEngine | None,
     probe: ProbeReport,
+    died: EngineExit | None = None,
 ) -> tuple[Knee, Path]:
     knee = find_knee(summary.levels if summary else [])
-    scan = save_engine_events(run_dir, watched) if watched else None
+    scan = save_engine_events(run_dir, watched, died) if watched else None
     if summary is None:
         return knee, run_dir.path / REPORT_FILENAME
     engine = watched.engine if watched else None

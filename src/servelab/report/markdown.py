@@ -48,6 +48,8 @@ def render_run_report(
     lines += ["| " + " | ".join(row) + " |" for row in sweep_rows(summary.levels)]
     if any(s.client.client_bound for s in summary.levels):
         lines += ["", "`*` client-bound: the load generator's lag or CPU may have limited it."]
+    if summary.failure or (engine_log is not None and engine_log.exit is not None):
+        lines += ["", "## What happened", "", *_failure_lines(summary, engine_log)]
     lines += ["", "## Knee", "", knee.explanation[0].upper() + knee.explanation[1:] + "."]
     notes = list(run.notes) + [n for s in summary.levels for n in s.notes]
     if notes:
@@ -65,6 +67,22 @@ def render_run_report(
     lines += [f"- {key}: {value}" for key, value in run.host.items()]
     lines += [f"- {key} {value}" for key, value in run.versions.items()]
     return "\n".join(lines) + "\n"
+
+
+def _failure_lines(summary: BenchSummary, engine_log: LogScan | None) -> list[str]:
+    """Why the run stopped early: the failure, and the engine's exit with its last words."""
+    lines = [f"The run failed: {summary.failure}."] if summary.failure else []
+    died = engine_log.exit if engine_log is not None else None
+    if died is not None:
+        lines += [
+            f"The engine exited during {died.during} with {died.description}; the levels "
+            "before it are kept, later levels were not run. Its last log lines:",
+            "",
+            "```",
+            *died.log_tail,
+            "```",
+        ]
+    return lines
 
 
 def _workload(workload: dict) -> str:
