@@ -85,7 +85,7 @@ def held_back(level: LevelFacts) -> list[Evidence]:
     request's arrival and the next step sees a waiting request at any load.
     """
     engine = level.engine
-    if engine is None or engine.running_max is None or not level.closed:
+    if engine is None or not engine.running_max or not level.closed:
         return []
     if engine.samples < MIN_SCRAPES or (engine.queued_mean or 0.0) < MIN_QUEUED_MEAN:
         return []

@@ -185,7 +185,8 @@ def _seen(lv: LevelFacts) -> float | None:
 
 def _engine_view(lv: LevelFacts) -> list[Evidence]:
     seen = _seen(lv)
-    if seen is None or seen >= ENGINE_SEEN_SHARE * lv.load:
+    # None at all while requests completed: the engine's gauges lagged the level.
+    if not seen or seen >= ENGINE_SEEN_SHARE * lv.load:
         return []
     return [_engine_evidence(lv, seen)]
 

@@ -90,7 +90,8 @@ def rule(facts: RunFacts) -> list[Finding]:
     return [
         Finding(
             kind=FindingKind.RUNNING_REQUEST_CAP,
-            title=f"running requests capped at {limit:g}: the sweep's knee",
+            title=f"running requests capped at {limit:g}: "
+            + ("the sweep's knee" if facts.knee.found else f"up to {top_load:g} were in flight"),
             severity=severity,
             confidence=tally.confidence,
             evidence=tally.evidence,
