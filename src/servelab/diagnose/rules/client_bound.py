@@ -1,18 +1,19 @@
 """`client_bound`: the load generator, not the engine, set the pace of some levels.
 
-Independent views of a level: the bench's self-check (schedule lag, event-loop lag or CPU
-material against the level's own timing, `client.client_bound`); with it, a worker's CPU
-at its limit or (open loop) arrivals later than their own mean spacing; Little's law (in
-closed loop the mean number in flight falls short of the concurrency asked when the
-client is slow to send); and the engine's own count of running plus waiting requests,
-which falls short of what the client believes it had in flight.
+Independent views of a level: the bench's self-check (schedule lag, event-loop lag or
+CPU material against the level's own timing, `client.client_bound`); with it, a worker's
+CPU at its limit, its event loop stalled (p99) for four tokens' time, or (open loop)
+arrivals later than their own mean spacing; Little's law (in closed loop the mean number
+in flight falls short of the concurrency asked when the client is slow to send); and the
+engine's own count of running plus waiting requests, which falls short of what the
+client believes it had in flight.
 
 A level is client-limited when two views say the load did not reach the engine. When
-only the self-check fired
-but the load did arrive (Little's law and the engine's count say so), the lag only
-blurred the client's timestamps: latency percentiles are less exact, throughput stands,
-and the finding is information. A client-limited level that sets the run's result (the
-knee, the best, the last) makes every other finding about it suspect: critical.
+only the self-check fired and the load did arrive (Little's law and the engine's count
+say so), the lag only blurred the client's timestamps: latency percentiles are less
+exact, throughput stands, and the finding is information. A client-limited level that
+sets the run's result (the knee, the best, the last) makes every other finding about it
+suspect: critical.
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ from servelab.diagnose.facts import LevelFacts, RunFacts
 from servelab.diagnose.findings import Action, Evidence, Finding, FindingKind, Severity, Tally
 from servelab.diagnose.signals import fmt
 
-__all__ = ["CPU_SATURATED_PCT", "ENGINE_SEEN_SHARE", "LITTLE_SHARE", "STREAMS_PER_WORKER", "rule"]
+__all__ = [
+    "CPU_SATURATED_PCT",
+    "ENGINE_SEEN_SHARE",
+    "LITTLE_SHARE",
+    "STALLED_TOKENS",
+    "STREAMS_PER_WORKER",
+    "rule",
+]
 
 LITTLE_SHARE = 0.75
 """Little's-law concurrency under this share of the target: slots sat empty. Short levels
@@ -35,6 +43,10 @@ ENGINE_SEEN_SHARE = 0.8
 client had in flight: the requests were late leaving the client."""
 STREAMS_PER_WORKER = 256
 """The bench's default split: one worker process per 256 streams."""
+STALLED_TOKENS = 4.0
+"""A p99 event-loop stall of four tokens' time (median TPOT): chunks pile up unread and
+arrive at the client in bursts (its median ITL falls towards 0), so what it measured is
+its own pace. A stall of one token is a blip the next read absorbs."""
 CPU_SATURATED_PCT = 90.0
 """A worker over 90% of a core cannot take more work: its sends and reads queue behind
 each other (the bench's own limit)."""
@@ -58,7 +70,9 @@ def _limited(lv: LevelFacts) -> bool:
 
 
 def _saturated(lv: LevelFacts) -> list[Evidence]:
-    """A worker's CPU at its limit, or open-loop arrivals later than their own spacing."""
+    """With the self-check: a worker's CPU at its limit, its event loop stalled for several
+    tokens' time (it cannot read the streams as fast as they come), or open-loop arrivals
+    later than their own mean spacing (the load shape is not the one asked)."""
     client = lv.summary.client
     if not client.client_bound:
         return []
@@ -69,6 +83,16 @@ def _saturated(lv: LevelFacts) -> list[Evidence]:
                 what="busiest worker's CPU, at its limit",
                 value=fmt(client.max_cpu_pct),
                 unit="% of a core",
+                source=source,
+            )
+        ]
+    tpot = lv.summary.median_tpot_ms
+    if lv.closed and tpot and client.p99_loop_lag_ms >= STALLED_TOKENS * tpot:
+        return [
+            Evidence(
+                what=f"p99 event-loop lag, over {STALLED_TOKENS:g}x the median TPOT {tpot:.3g} ms",
+                value=fmt(client.p99_loop_lag_ms),
+                unit="ms",
                 source=source,
             )
         ]
