@@ -68,6 +68,7 @@ def test_json_is_the_document(run_dir: Path):
         (["{run}", "--probe", "{missing}"], "no probe file at"),
         (["{run}", "--time-scale", "0"], "--time-scale must be above 0"),
         (["{run}", "--tp", "0"], "--tp must be at least 1"),
+        (["{run}", "--engine", "vlm"], "unknown engine 'vlm' (did you mean 'vllm'?)"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, run_dir: Path, args, message):

@@ -46,7 +46,7 @@ def sweep(engine: RunningEngine, out: Path, *args: str) -> Path:
 
 
 def top(diagnosis: Diagnosis) -> str:
-    return diagnosis.findings[0].kind.value if diagnosis.findings else "none"
+    return diagnosis.top.kind.value if diagnosis.top is not None else "none"
 
 
 def explain(diagnosis: Diagnosis) -> str:

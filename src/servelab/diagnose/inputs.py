@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from servelab.bench.results import SCHEMA as BENCH_SCHEMA
 from servelab.bench.results import BenchSummary
 from servelab.core.errors import ConfigError
+from servelab.engines.registry import get_adapter
 from servelab.engines.signatures import SIGNATURES, LogEvent, LogScan, scan_log
 from servelab.probe.verdict import Verdict
 
@@ -71,6 +72,8 @@ def load_run(path: Path, *, engine: str | None = None, probe: Path | None = None
     probe.json) is used in place of the run's own."""
     if not path.is_dir():
         raise ConfigError(f"no run directory at {path}")
+    if engine is not None:
+        get_adapter(engine)  # an unknown name is a ConfigError with the closest known one
     summary = _summary(path / SUMMARY_FILE)
     name = engine or _run_engine(summary)
     events, events_source = _events(path, name)
