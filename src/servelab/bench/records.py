@@ -87,16 +87,6 @@ class RequestRecord:
     error: str | None = None
     http_status: int | None = None
 
-    @property
-    def t_first_ns(self) -> int | None:
-        """Arrival of the first chunk carrying generated text."""
-        return self.t_send_ns + self.chunk_offsets_ns[0] if self.chunk_offsets_ns else None
-
-    @property
-    def t_last_ns(self) -> int | None:
-        """Arrival of the last chunk carrying generated text."""
-        return self.t_send_ns + self.chunk_offsets_ns[-1] if self.chunk_offsets_ns else None
-
     def to_json(self) -> dict[str, Any]:
         """A plain dict for requests.jsonl (enums as their values)."""
         return {name: getattr(self, name) for name in self.__slots__}

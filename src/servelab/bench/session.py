@@ -262,7 +262,7 @@ class _Session:
         def save_records(batch: list[RequestRecord]) -> None:
             if self._engine_exit_code() is not None:
                 _blame_the_engine(batch)
-            self.run_dir.append_jsonl("requests.jsonl", (r.to_json() for r in batch))
+            self.run_dir.append_requests(r.to_json() for r in batch)
 
         outcome = run_level(
             spec,
@@ -365,7 +365,7 @@ class _Session:
             engine=self.engine_info,
             failure=failure,
         )
-        self.run_dir.write_json("summary.json", summary)
+        self.run_dir.write_summary(summary)
         best = max(self.levels, key=lambda s: s.output_throughput, default=None)
         record_run(
             self.run_dir.runs_root,

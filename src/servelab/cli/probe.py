@@ -17,6 +17,7 @@ from servelab.cli.probe_view import render_probe
 from servelab.core.errors import ConfigError
 from servelab.probe.collect import run_probe
 from servelab.probe.report import ProbeReport
+from servelab.store import RunDir
 
 __all__ = ["probe", "write_probe_files"]
 
@@ -83,8 +84,7 @@ def probe(
 def write_probe_files(report: ProbeReport, folder: Path) -> list[Path]:
     """probe.json (the document) and probe.txt (the rendered report) in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    json_path = folder / "probe.json"
-    json_path.write_text(report.model_dump_json(by_alias=True, indent=2) + "\n")
+    json_path = RunDir(folder).write_probe(report)
     text = io.StringIO()
     Console(file=text, width=_TEXT_WIDTH, color_system=None).print(render_probe(report))
     text_path = folder / "probe.txt"

@@ -25,7 +25,6 @@ from servelab.engines.watched import WatchedEngine, launch_watched
 from servelab.store import RunDir
 
 __all__ = [
-    "ENGINE_EVENTS_FILENAME",
     "bench_engine",
     "engine_fields",
     "engine_info",
@@ -33,7 +32,6 @@ __all__ = [
     "save_engine_events",
 ]
 
-ENGINE_EVENTS_FILENAME = "engine_events.json"
 DEATH_LOG_LINES = 20
 
 
@@ -52,7 +50,7 @@ def bench_engine(
     try:
         watched = launch_watched(
             spec,
-            log_path=run_dir.path / "engine.log",
+            log_path=run_dir.engine_log_path,
             on_status=lambda message: on_event(Notice(message)),
         )
         bench = replace(config, name=name, **engine_fields(watched.engine, metrics=metrics))
@@ -130,5 +128,5 @@ def save_engine_events(
         empty = LogScan(engine=watched.engine.adapter.name, lines=0, events=[], counts={})
         scan = (scan or empty).model_copy(update={"exit": died})
     if scan is not None:
-        run_dir.write_text(ENGINE_EVENTS_FILENAME, scan.model_dump_json(indent=2) + "\n")
+        run_dir.write_engine_events(scan)
     return scan

@@ -33,7 +33,7 @@ from servelab.pipeline.engine_bench import (
 from servelab.probe.collect import run_probe
 from servelab.probe.report import ProbeReport
 from servelab.report import render_run_report
-from servelab.store import RunDir, default_run_name
+from servelab.store import REPORT_MD_FILE, RunDir, default_run_name
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -47,8 +47,6 @@ __all__ = [
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
 DEFAULT_RUN_INPUT_LEN = 128
 DEFAULT_RUN_OUTPUT_LEN = 64
-REPORT_FILENAME = "report.md"
-PROBE_FILENAME = "probe.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,11 +100,11 @@ def run_pipeline(
     try:
         on_event(Notice("probing the machine"))
         probe = run_probe()
-        run_dir.write_text(PROBE_FILENAME, probe.model_dump_json(by_alias=True, indent=2) + "\n")
+        run_dir.write_probe(probe)
         if config.url is None:
             watched = launch_watched(
                 spec,
-                log_path=run_dir.path / "engine.log",
+                log_path=run_dir.engine_log_path,
                 on_status=lambda message: on_event(Notice(message)),
             )
         engine = watched.engine if watched else None
@@ -126,7 +124,7 @@ def run_pipeline(
             if watched is not None and isinstance(stopped, EngineDied):
                 died = note_death(watched, stopped)
             _stop(watched, on_event)
-            _write_report(run_dir, _load_summary(run_dir), watched, probe, died)
+            _write_report(run_dir, run_dir.load_summary(BenchSummary), watched, probe, died)
             raise
         _stop(watched, on_event)
         knee, report = _write_report(run_dir, outcome.summary, watched, probe)
@@ -182,13 +180,6 @@ def _bench_config(config: RunConfig, name: str, engine: RunningEngine | None) ->
     return BenchConfig(**engine_fields(engine, metrics=config.metrics), **common)
 
 
-def _load_summary(run_dir: RunDir) -> BenchSummary | None:
-    path = run_dir.path / "summary.json"
-    if not path.exists():
-        return None
-    return BenchSummary.model_validate_json(path.read_bytes())
-
-
 def _write_report(
     run_dir: RunDir,
     summary: BenchSummary | None,
@@ -199,7 +190,7 @@ def _write_report(
     knee = find_knee(summary.levels if summary else [])
     scan = save_engine_events(run_dir, watched, died) if watched else None
     if summary is None:
-        return knee, run_dir.path / REPORT_FILENAME
+        return knee, run_dir.path / REPORT_MD_FILE
     engine = watched.engine if watched else None
     gpu_memory = None if engine is None else (engine.gpu_memory_released, engine.gpu_memory_detail)
     text = render_run_report(
@@ -210,4 +201,4 @@ def _write_report(
         engine_log=scan,
         gpu_memory=gpu_memory,
     )
-    return knee, run_dir.write_text(REPORT_FILENAME, text)
+    return knee, run_dir.write_report_md(text)

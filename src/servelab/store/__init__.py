@@ -1,6 +1,37 @@
 """Run directories and the catalogue of runs."""
 
 from servelab.store.catalog import CatalogRow, list_runs, record_run
-from servelab.store.rundir import RunDir, default_run_name
+from servelab.store.rundir import (
+    DEFAULT_RUNS_DIR,
+    DIAGNOSIS_FILE,
+    ENGINE_EVENTS_FILE,
+    ENGINE_LOG_FILE,
+    METRICS_FILE,
+    PROBE_FILE,
+    REPORT_HTML_FILE,
+    REPORT_MD_FILE,
+    REQUESTS_FILE,
+    SUMMARY_FILE,
+    TELEMETRY_FILE,
+    RunDir,
+    default_run_name,
+)
 
-__all__ = ["CatalogRow", "RunDir", "default_run_name", "list_runs", "record_run"]
+__all__ = [
+    "DEFAULT_RUNS_DIR",
+    "DIAGNOSIS_FILE",
+    "ENGINE_EVENTS_FILE",
+    "ENGINE_LOG_FILE",
+    "METRICS_FILE",
+    "PROBE_FILE",
+    "REPORT_HTML_FILE",
+    "REPORT_MD_FILE",
+    "REQUESTS_FILE",
+    "SUMMARY_FILE",
+    "TELEMETRY_FILE",
+    "CatalogRow",
+    "RunDir",
+    "default_run_name",
+    "list_runs",
+    "record_run",
+]

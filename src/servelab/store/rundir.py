@@ -1,28 +1,69 @@
 """A run directory: the one place a run's results go, written as they are measured.
 
-JSON Lines files are appended and flushed per batch, so a crash or Ctrl-C keeps every
-finished request; JSON documents are replaced atomically, so a reader never sees half
-of one. Everything written is scrubbed of the secrets servelab was handed (core.redact).
+Every file of a run is named here and written and read through `RunDir`, so each command
+opens a run the same way. JSON Lines files are appended and flushed per batch, so a crash
+or Ctrl-C keeps every finished request; JSON documents are replaced atomically, so a
+reader never sees half of one. Everything written is scrubbed of the secrets servelab was
+handed (core.redact).
+
+The loaders take the pydantic class of the document (`run.load_summary(BenchSummary)`):
+the classes live in layers above `store`, which may not import them.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import orjson
+from pydantic import BaseModel, ValidationError
 
 from servelab.core.errors import ConfigError
 from servelab.core.redact import scrub_bytes
 
-__all__ = ["DEFAULT_RUNS_DIR", "RunDir", "default_run_name"]
+__all__ = [
+    "DEFAULT_RUNS_DIR",
+    "DIAGNOSIS_FILE",
+    "ENGINE_EVENTS_FILE",
+    "ENGINE_LOG_FILE",
+    "METRICS_FILE",
+    "PROBE_FILE",
+    "REPORT_HTML_FILE",
+    "REPORT_MD_FILE",
+    "REQUESTS_FILE",
+    "SUMMARY_FILE",
+    "TELEMETRY_FILE",
+    "RunDir",
+    "default_run_name",
+]
 
 DEFAULT_RUNS_DIR = Path("servelab-runs")
+
+SUMMARY_FILE = "summary.json"
+"""bench.BenchSummary, replaced after every level."""
+REQUESTS_FILE = "requests.jsonl"
+"""One bench.RequestRecord per line, appended as requests finish."""
+TELEMETRY_FILE = "telemetry.jsonl"
+"""GPU samples (telemetry.gpu), appended as they are taken."""
+METRICS_FILE = "metrics.jsonl"
+"""Engine /metrics scrapes (telemetry.scrape), appended as they are taken."""
+ENGINE_LOG_FILE = "engine.log"
+"""A launched engine's stdout and stderr, each line stamped (engines.enginelog)."""
+ENGINE_EVENTS_FILE = "engine_events.json"
+"""engines.LogScan: the known signatures the engine log matched, and how it died."""
+PROBE_FILE = "probe.json"
+"""probe.ProbeReport of the machine the run ran on."""
+DIAGNOSIS_FILE = "diagnosis.json"
+"""diagnose.Diagnosis of the run."""
+REPORT_MD_FILE = "report.md"
+REPORT_HTML_FILE = "report.html"
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_Doc = TypeVar("_Doc", bound=BaseModel)
 
 
 def default_run_name(target: str) -> str:
@@ -57,6 +98,80 @@ class RunDir:
         """The folder holding this run and the catalogue."""
         return self.path.parent
 
+    @property
+    def engine_log_path(self) -> Path:
+        """Where a launched engine's log goes (written by the engine's log reader)."""
+        return self.path / ENGINE_LOG_FILE
+
+    # Writers, one per file the run's own code writes.
+
+    def append_requests(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Append finished requests (RequestRecord.to_json rows) to requests.jsonl."""
+        self.append_jsonl(REQUESTS_FILE, rows)
+
+    def write_summary(self, summary: BaseModel) -> Path:
+        return self.write_json(SUMMARY_FILE, summary)
+
+    def write_probe(self, probe: BaseModel) -> Path:
+        return self.write_text(PROBE_FILE, probe.model_dump_json(by_alias=True, indent=2) + "\n")
+
+    def write_engine_events(self, scan: BaseModel) -> Path:
+        return self.write_text(ENGINE_EVENTS_FILE, scan.model_dump_json(indent=2) + "\n")
+
+    def write_diagnosis(self, diagnosis: BaseModel) -> Path:
+        return self.write_json(DIAGNOSIS_FILE, diagnosis)
+
+    def write_report_md(self, text: str) -> Path:
+        return self.write_text(REPORT_MD_FILE, text)
+
+    def write_report_html(self, html: str) -> Path:
+        return self.write_text(REPORT_HTML_FILE, html)
+
+    # Typed loaders: None where the file is absent, a ConfigError where it is not valid.
+
+    def load_summary(self, model: type[_Doc]) -> _Doc | None:
+        return self.load(SUMMARY_FILE, model)
+
+    def load_probe(self, model: type[_Doc]) -> _Doc | None:
+        return self.load(PROBE_FILE, model)
+
+    def load_engine_events(self, model: type[_Doc]) -> _Doc | None:
+        return self.load(ENGINE_EVENTS_FILE, model)
+
+    def load_diagnosis(self, model: type[_Doc]) -> _Doc | None:
+        return self.load(DIAGNOSIS_FILE, model)
+
+    def load(self, filename: str, model: type[_Doc]) -> _Doc | None:
+        """The document in `filename` as `model`."""
+        path = self.path / filename
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+        try:
+            return model.model_validate_json(data)
+        except ValidationError as exc:
+            raise ConfigError(f"{path} is not a valid {filename}: {_first_error(exc)}") from None
+
+    def iter_jsonl(self, filename: str) -> Iterator[dict[str, Any]]:
+        """The rows of a JSON Lines file (none where it is absent); a torn last line, left
+        by a crash mid-write, is skipped."""
+        path = self.path / filename
+        if not path.exists():
+            return
+        with path.open("rb") as handle:
+            for line in handle:
+                try:
+                    row = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(row, dict):
+                    yield row
+
+    # The generic writers the typed ones are built on.
+
     def append_jsonl(self, filename: str, rows: Iterable[dict[str, Any]]) -> None:
         """Append rows and flush them to the OS."""
         handle = self._files.get(filename)
@@ -69,7 +184,7 @@ class RunDir:
         """Replace `filename` atomically with `document` (a dict or a pydantic model)."""
         payload = (
             document.model_dump(mode="json", by_alias=True)
-            if hasattr(document, "model_dump")
+            if isinstance(document, BaseModel)
             else document
         )
         return self.write_bytes(filename, orjson.dumps(payload, option=orjson.OPT_INDENT_2))
@@ -88,3 +203,9 @@ class RunDir:
         for handle in self._files.values():
             handle.close()
         self._files.clear()
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "document"
+    return f"{where}: {error['msg']}"

@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from servelab.core.clock import now_ns
-from servelab.store.rundir import RunDir
+from servelab.store.rundir import METRICS_FILE, TELEMETRY_FILE, RunDir
 from servelab.telemetry.gpu import (
     DEFAULT_GPM_INTERVAL_S,
     DEFAULT_INTERVAL_S,
@@ -60,9 +60,6 @@ __all__ = [
     "resolve_gpus",
     "summarize_level",
 ]
-
-TELEMETRY_FILE = "telemetry.jsonl"
-METRICS_FILE = "metrics.jsonl"
 
 
 class TelemetrySession:
