@@ -62,7 +62,7 @@ def test_json_is_the_document(run_dir: Path):
     [
         (["{missing}"], "no run directory at"),
         (["{empty}"], "has no summary.json"),
-        (["{corrupt}"], "is not JSON"),
+        (["{corrupt}"], "is not a valid summary.json"),
         (["{run}", "--model", "no-such-model"], "no-such-model"),
         (["{run}", "--model", "llama-3.1-8b", "--gpu", "h300"], "h300"),
         (["{run}", "--probe", "{missing}"], "no probe file at"),

@@ -14,29 +14,22 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from servelab.bench.results import SCHEMA as BENCH_SCHEMA
 from servelab.bench.results import BenchSummary
 from servelab.core.errors import ConfigError
 from servelab.engines.registry import get_adapter
 from servelab.engines.signatures import SIGNATURES, LogEvent, LogScan, scan_log
 from servelab.probe.verdict import Verdict
+from servelab.store import (
+    ENGINE_EVENTS_FILE,
+    ENGINE_LOG_FILE,
+    METRICS_FILE,
+    PROBE_FILE,
+    SUMMARY_FILE,
+    RunDir,
+)
 
-__all__ = [
-    "ENGINE_EVENTS_FILE",
-    "ENGINE_LOG_FILE",
-    "METRICS_FILE",
-    "PROBE_FILE",
-    "SUMMARY_FILE",
-    "ProbeDoc",
-    "RunFiles",
-    "load_run",
-]
+__all__ = ["ProbeDoc", "RunFiles", "load_run"]
 
-SUMMARY_FILE = "summary.json"
-ENGINE_EVENTS_FILE = "engine_events.json"
-ENGINE_LOG_FILE = "engine.log"
-METRICS_FILE = "metrics.jsonl"
-PROBE_FILE = "probe.json"
 _PROBE_SCHEMA = "servelab.probe/1"
 
 
@@ -74,14 +67,20 @@ def load_run(path: Path, *, engine: str | None = None, probe: Path | None = None
         raise ConfigError(f"no run directory at {path}")
     if engine is not None:
         get_adapter(engine)  # an unknown name is a ConfigError with the closest known one
-    summary = _summary(path / SUMMARY_FILE)
+    run = RunDir(path)
+    summary = run.load_summary(BenchSummary)
+    if summary is None:
+        raise ConfigError(
+            f"{path} has no {SUMMARY_FILE}",
+            hint="diagnose reads a run directory written by servelab bench or run",
+        )
     name = engine or _run_engine(summary)
-    events, events_source = _events(path, name)
+    events, events_source = _events(run, name)
     own = path / PROBE_FILE
     probe_path = probe if probe is not None else own if own.exists() else None
     doc = _probe(probe_path) if probe_path is not None else None
     probe_source = str(probe_path) if doc else "no probe.json in the run and no --probe given"
-    rows = _metric_rows(path / METRICS_FILE)
+    rows = [row for row in run.iter_jsonl(METRICS_FILE) if row.get("kind") == "metrics"]
     return RunFiles(
         path=path,
         summary=summary,
@@ -103,24 +102,6 @@ def _read_json(path: Path, what: str) -> Any:
         raise ConfigError(f"{path} is not JSON: {exc}") from None
 
 
-def _summary(path: Path) -> BenchSummary:
-    if not path.exists():
-        raise ConfigError(
-            f"{path.parent} has no {SUMMARY_FILE}",
-            hint="diagnose reads a run directory written by servelab bench or run",
-        )
-    document = _read_json(path, "summary")
-    if not isinstance(document, dict) or document.get("schema") != BENCH_SCHEMA:
-        schema = document.get("schema") if isinstance(document, dict) else None
-        raise ConfigError(f"{path} is not a servelab summary (schema {schema!r})")
-    try:
-        return BenchSummary.model_validate(document)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        raise ConfigError(f"{path}: {where}: {error['msg']}") from None
-
-
 def _run_engine(summary: BenchSummary) -> str | None:
     """The engine the run says served it: a launched engine's adapter, else the target's."""
     if summary.engine and isinstance(summary.engine.get("engine"), str):
@@ -129,15 +110,11 @@ def _run_engine(summary: BenchSummary) -> str | None:
     return target if isinstance(target, str) and target != "openai" else None
 
 
-def _events(path: Path, engine: str | None) -> tuple[list[LogEvent] | None, str]:
-    events_path = path / ENGINE_EVENTS_FILE
-    if events_path.exists():
-        try:
-            scan = LogScan.model_validate(_read_json(events_path, "engine events"))
-        except ValidationError as exc:
-            raise ConfigError(f"{events_path}: {exc.errors()[0]['msg']}") from None
+def _events(run: RunDir, engine: str | None) -> tuple[list[LogEvent] | None, str]:
+    scan = run.load_engine_events(LogScan)
+    if scan is not None:
         return scan.events, f"{ENGINE_EVENTS_FILE} ({scan.lines:,} lines of {ENGINE_LOG_FILE})"
-    log = path / ENGINE_LOG_FILE
+    log = run.engine_log_path
     if not log.exists():
         return None, "no engine.log: the engine was not launched by servelab"
     if engine is None or engine not in SIGNATURES:
@@ -157,18 +134,3 @@ def _probe(path: Path) -> ProbeDoc:
     except ValidationError as exc:
         raise ConfigError(f"{path}: a verdict is malformed: {exc.errors()[0]['msg']}") from None
     return ProbeDoc(source=str(path), verdicts=verdicts, document=document)
-
-
-def _metric_rows(path: Path) -> list[dict[str, Any]]:
-    """The /metrics scrapes (rows of kind 'metrics'); a torn last line is skipped."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_bytes().splitlines():
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and row.get("kind") == "metrics":
-            rows.append(row)
-    return rows

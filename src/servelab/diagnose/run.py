@@ -17,11 +17,10 @@ from servelab.diagnose.inputs import load_run
 from servelab.diagnose.layers import gap_layers
 from servelab.diagnose.options import DiagnoseOptions
 from servelab.diagnose.rules import RULES
-from servelab.store import RunDir
+from servelab.store import DIAGNOSIS_FILE, RunDir
 
 __all__ = ["CLIENT_BOUND_DISCOUNT", "DIAGNOSIS_FILE", "diagnose_run", "rank"]
 
-DIAGNOSIS_FILE = "diagnosis.json"
 CLIENT_BOUND_DISCOUNT = 0.5
 """A finding about levels the client could not drive is half as certain."""
 
@@ -56,7 +55,7 @@ def diagnose_run(
         notes=facts.notes,
     )
     if write:
-        RunDir(run_dir).write_json(DIAGNOSIS_FILE, diagnosis)
+        RunDir(run_dir).write_diagnosis(diagnosis)
     return diagnosis
 
 
