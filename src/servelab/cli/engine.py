@@ -46,7 +46,10 @@ EngineName = Annotated[
         "--engine", help="sglang, vllm, transformers, embedded, sim (replaces the spec's)."
     ),
 ]
-Model = Annotated[str | None, typer.Option(help="Model path or hub id (embedded: a preset).")]
+Model = Annotated[
+    str | None,
+    typer.Option(help="Model path or hub id (embedded: a preset; vllm also embedded:PRESET)."),
+]
 ServedName = Annotated[str | None, typer.Option(help="Name the model is served under.")]
 Host = Annotated[str | None, typer.Option(help="Address to listen on. Default: 127.0.0.1.")]
 Port = Annotated[int | None, typer.Option(help="Port to listen on. Default: a free one.")]
@@ -54,7 +57,9 @@ Tp = Annotated[int | None, typer.Option("--tp", help="Tensor parallel size.")]
 Pp = Annotated[int | None, typer.Option("--pp", help="Pipeline parallel size.")]
 Ep = Annotated[int | None, typer.Option("--ep", help="Expert parallel size.")]
 Dp = Annotated[int | None, typer.Option("--dp", help="Data parallel size.")]
-Device = Annotated[str | None, typer.Option(help="Device, for transformers and embedded.")]
+Device = Annotated[
+    str | None, typer.Option(help="Device, for transformers and embedded (vLLM has no such flag).")
+]
 Knob = Annotated[
     list[str] | None,
     typer.Option(
