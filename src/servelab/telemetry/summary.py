@@ -435,12 +435,11 @@ def _engine_level(trace: EngineTrace, t0: int, t1: int) -> EngineLevel:
         )
     around = _window(trace.samples, t0, t1, margin=1)
     gauges = _gauges(inside)
-    return EngineLevel(
+    level = EngineLevel(
         available=True,
         engine=engine,
         samples=len(inside),
         sources={name: "metrics" for name in _GAUGES if gauges[f"{name}_mean"] is not None},
-        **gauges,
         prompt_tokens=_counter_delta(
             [(s.t_ns, s.prompt_tokens_total) for s in around if s.prompt_tokens_total is not None],
             t0,
@@ -456,3 +455,4 @@ def _engine_level(trace: EngineTrace, t0: int, t1: int) -> EngineLevel:
             t1,
         ),
     )
+    return level.model_copy(update=gauges)
