@@ -112,7 +112,8 @@ def check(
     out, err = _out(), Console(stderr=True)
     with handle_errors(err):
         layout = {"tp": tp, "pp": pp, "ep": ep, "dp": dp}
-        fields = {"engine": engine, "model": model, "served_name": served_name, "host": host}
+        fields: dict[str, object] = {"engine": engine, "model": model, "served_name": served_name}
+        fields |= {"host": host}
         fields |= {"port": port, "device": device, **layout}
         spec = _spec(spec_path, fields, knob, env, extra_args)
         from servelab.engines.check import check_spec
@@ -162,7 +163,8 @@ def up(
     out, err = _out(), Console(stderr=True)
     with handle_errors(err):
         layout = {"tp": tp, "pp": pp, "ep": ep, "dp": dp}
-        fields = {"engine": engine, "model": model, "served_name": served_name, "host": host}
+        fields: dict[str, object] = {"engine": engine, "model": model, "served_name": served_name}
+        fields |= {"host": host}
         fields |= {"port": port, "device": device, **layout}
         if startup_timeout is not None:
             fields["startup_timeout_s"] = parse_duration_s(
