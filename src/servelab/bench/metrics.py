@@ -14,7 +14,7 @@ import numpy as np
 
 from servelab.bench.load import LevelSpec, LoadMode
 from servelab.bench.records import ErrorKind, OutputTokenSource, RequestRecord
-from servelab.bench.results import ClientStats, LevelSummary
+from servelab.bench.results import ClientStats, InputTokenSource, LevelSummary
 from servelab.core.clock import NS_PER_MS, NS_PER_S
 
 __all__ = [
@@ -82,53 +82,56 @@ def compute_level(
     per_s = 1.0 / duration_s if duration_s > 0 else 0.0
 
     goodput, good_fraction = _goodput(done, len(done) + len(failed), duration_s, slo_ms)
-    return LevelSummary(
-        level=level.index,
-        load_mode=level.mode.value,
-        max_concurrency=level.concurrency,
-        request_rate=level.rate,
-        burstiness=level.burstiness if level.mode is LoadMode.REQUEST_RATE else None,
-        num_requests=len(measured),
-        warmup_requests=warmups,
-        interrupted=interrupted,
-        completed=len(done),
-        failed=len(failed),
-        cancelled=len(measured) - len(live),
-        errors=dict(Counter(str(r.error_kind) for r in failed)),
-        error_examples=_first_errors(failed),
-        duration=duration_s,
-        total_input_tokens=input_tokens,
-        total_output_tokens=output_tokens,
-        input_token_source=input_source,
-        output_tokens_estimated=any(
-            r.output_token_source is OutputTokenSource.CHUNKS for r in done
-        ),
-        chunk_tokens_estimated=any(r.chunk_tokens_estimated for r in done),
-        request_throughput=len(done) * per_s,
-        input_throughput=input_tokens * per_s,
-        output_throughput=output_tokens * per_s,
-        total_throughput=(input_tokens + output_tokens) * per_s,
-        **latency,
-        concurrency=sum(e2e_ms) / 1e3 * per_s,
-        max_concurrent_requests=_max_in_flight(live),
-        max_output_tokens_per_s=_max_tokens_in_a_second(done, live),
-        single_stream_tok_s=_single_stream(done, level),
-        slo_ms=slo_ms,
-        request_goodput=goodput,
-        good_fraction=good_fraction,
-        client=_client_stats(
-            measured,
-            workers,
-            level,
-            _time_scale(
-                [
-                    ("ITL", latency["median_itl_ms"]),
-                    ("TPOT", latency["median_tpot_ms"]),
-                    ("E2E latency", latency["median_e2e_latency_ms"]),
-                ]
+    # The latency statistics are built by name (_stats), so the summary is validated whole.
+    return LevelSummary.model_validate(
+        dict(
+            level=level.index,
+            load_mode=level.mode.value,
+            max_concurrency=level.concurrency,
+            request_rate=level.rate,
+            burstiness=level.burstiness if level.mode is LoadMode.REQUEST_RATE else None,
+            num_requests=len(measured),
+            warmup_requests=warmups,
+            interrupted=interrupted,
+            completed=len(done),
+            failed=len(failed),
+            cancelled=len(measured) - len(live),
+            errors=dict(Counter(str(r.error_kind) for r in failed)),
+            error_examples=_first_errors(failed),
+            duration=duration_s,
+            total_input_tokens=input_tokens,
+            total_output_tokens=output_tokens,
+            input_token_source=input_source,
+            output_tokens_estimated=any(
+                r.output_token_source is OutputTokenSource.CHUNKS for r in done
             ),
-        ),
-        notes=list(notes),
+            chunk_tokens_estimated=any(r.chunk_tokens_estimated for r in done),
+            request_throughput=len(done) * per_s,
+            input_throughput=input_tokens * per_s,
+            output_throughput=output_tokens * per_s,
+            total_throughput=(input_tokens + output_tokens) * per_s,
+            **latency,
+            concurrency=sum(e2e_ms) / 1e3 * per_s,
+            max_concurrent_requests=_max_in_flight(live),
+            max_output_tokens_per_s=_max_tokens_in_a_second(done, live),
+            single_stream_tok_s=_single_stream(done, level),
+            slo_ms=slo_ms,
+            request_goodput=goodput,
+            good_fraction=good_fraction,
+            client=_client_stats(
+                measured,
+                workers,
+                level,
+                _time_scale(
+                    [
+                        ("ITL", latency["median_itl_ms"]),
+                        ("TPOT", latency["median_tpot_ms"]),
+                        ("E2E latency", latency["median_e2e_latency_ms"]),
+                    ]
+                ),
+            ),
+            notes=list(notes),
+        )
     )
 
 
@@ -209,7 +212,7 @@ def _stats(
     return {f"{key}_{name}": value for key, value in zip(keys, stats, strict=True)}
 
 
-def _input_tokens(done: Sequence[RequestRecord]) -> tuple[int, str]:
+def _input_tokens(done: Sequence[RequestRecord]) -> tuple[int, InputTokenSource]:
     from_usage = sum(1 for r in done if r.prompt_tokens is not None)
     total = sum(
         r.prompt_tokens if r.prompt_tokens is not None else (r.input_tokens_target or 0)

@@ -13,9 +13,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servelab.telemetry.summary import LevelTelemetry
 
-__all__ = ["SCHEMA", "BenchSummary", "ClientStats", "LevelSummary", "RunInfo"]
+__all__ = [
+    "SCHEMA",
+    "BenchSummary",
+    "ClientStats",
+    "InputTokenSource",
+    "LevelSummary",
+    "RunInfo",
+    "RunStatus",
+]
 
 SCHEMA = "servelab.bench/1"
+
+InputTokenSource = Literal["usage", "workload", "mixed"]
+RunStatus = Literal["running", "complete", "interrupted", "failed"]
 
 _STAT_NAMES = {"mean": "mean", "median": "median", "std": "standard deviation"}
 
@@ -96,9 +107,7 @@ class LevelSummary(BaseModel):
         description="Output tokens of completed requests: usage.completion_tokens, else a "
         "local tokenizer's count, else the number of text chunks."
     )
-    input_token_source: Literal["usage", "workload", "mixed"] = Field(
-        description="Where total_input_tokens came from."
-    )
+    input_token_source: InputTokenSource = Field(description="Where total_input_tokens came from.")
     output_tokens_estimated: bool = Field(
         description="True when some output counts are text-chunk counts (no usage, no tokenizer)."
     )
@@ -191,7 +200,7 @@ class BenchSummary(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     schema_: str = Field(default=SCHEMA, alias="schema")
-    status: Literal["running", "complete", "interrupted", "failed"]
+    status: RunStatus
     run: RunInfo
     levels: list[LevelSummary]
     engine: dict[str, str | int | list[str] | None] | None = None

@@ -26,7 +26,7 @@ from servelab.bench.load import LevelSpec, LoadMode
 from servelab.bench.metrics import compute_level
 from servelab.bench.preflight import Preflight, run_preflight
 from servelab.bench.records import ErrorKind, RequestRecord
-from servelab.bench.results import BenchSummary, LevelSummary, RunInfo
+from servelab.bench.results import BenchSummary, LevelSummary, RunInfo, RunStatus
 from servelab.bench.runner import run_level
 from servelab.bench.tokens import ServerTokenizer, TokenCounter
 from servelab.bench.workload import WorkloadSpec, build_requests
@@ -169,12 +169,12 @@ class _Session:
         specs = self._level_specs()
         try:
             for spec in specs:
-                summary = self._run_level(spec, preflight, counter)
-                self.levels.append(summary)
-                if not summary.interrupted:
+                level = self._run_level(spec, preflight, counter)
+                self.levels.append(level)
+                if not level.interrupted:
                     self._save("running")  # a crash between levels keeps the finished ones
-                self.on_event(LevelFinished(summary))
-                if summary.interrupted:
+                self.on_event(LevelFinished(level))
+                if level.interrupted:
                     self._save("interrupted")
                     raise Interrupted("interrupted", run_dir=str(self.run_dir.path))
                 if (code := self._engine_exit_code()) is not None:
@@ -187,8 +187,7 @@ class _Session:
         except BaseException:
             self._save("failed")
             raise
-        summary = self._save("complete")
-        return BenchOutcome(summary, self.run_dir.path)
+        return BenchOutcome(self._save("complete"), self.run_dir.path)
 
     def _endpoint(self) -> EndpointConfig:
         c = self.config
@@ -357,7 +356,7 @@ class _Session:
         self._save("failed", failure=message)
         return EngineDied(message, exit_code=code, during=during, run_dir=str(self.run_dir.path))
 
-    def _save(self, status: str, *, failure: str | None = None) -> BenchSummary:
+    def _save(self, status: RunStatus, *, failure: str | None = None) -> BenchSummary:
         summary = BenchSummary(
             status=status,
             run=self.info,

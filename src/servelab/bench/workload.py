@@ -182,8 +182,9 @@ def _load_sharegpt(path: Path) -> list[tuple[str, str]]:
         if not isinstance(turns, list) or len(turns) < 2:
             continue
         texts = [t.get("value", t.get("content")) for t in turns[:2] if isinstance(t, dict)]
-        if len(texts) == 2 and all(isinstance(t, str) and t for t in texts):
-            pairs.append((texts[0], texts[1]))
+        match texts:
+            case [str() as prompt, str() as reply] if prompt and reply:
+                pairs.append((prompt, reply))
     if not pairs:
         raise ConfigError(f"{path} holds no conversation with a prompt and a reply")
     return pairs

@@ -29,10 +29,18 @@ from servelab.cli.sim import sim
 
 __all__ = ["app", "main"]
 
+
 # Typer may carry its own copy of Click; its exception classes are reached through the
 # one it exports, BadParameter (a UsageError, itself a ClickException).
-_USAGE_ERROR: type[Exception] = typer.BadParameter.__base__
-_CLICK_ERROR: type[Exception] = _USAGE_ERROR.__base__
+def _base(cls: type[Exception]) -> type[Exception]:
+    base = cls.__base__
+    if base is None or not issubclass(base, Exception):
+        raise TypeError(f"{cls.__name__} is not derived from an exception class")
+    return base
+
+
+_USAGE_ERROR = _base(typer.BadParameter)
+_CLICK_ERROR = _base(_USAGE_ERROR)
 
 
 class _OneLineErrors(TyperGroup):
@@ -44,12 +52,14 @@ class _OneLineErrors(TyperGroup):
         prog_name: str | None = None,
         complete_var: str | None = None,
         standalone_mode: bool = True,
+        windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
+        given = (args, prog_name, complete_var, False, windows_expand_args)
         if not standalone_mode:
-            return super().main(args, prog_name, complete_var, False, **extra)
+            return super().main(*given, **extra)
         try:
-            code = super().main(args, prog_name, complete_var, False, **extra)
+            code = super().main(*given, **extra)
         except _CLICK_ERROR as exc:
             # `servelab` alone: the help was printed while the error was made.
             if type(exc).__name__ != "NoArgsIsHelpError":

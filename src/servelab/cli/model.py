@@ -136,9 +136,8 @@ def model(
         check_range("--input-len", input_len, low=0)
         check_range("--output-len", output_len, low=1)
         calibration = calibration_from_probe(calibrate) if calibrate is not None else None
-        layouts: list[dict[str, int | None]] = [
-            {**parse_layout(spec)} for spec in compare or ()
-        ] or [{"tp": tp, "pp": pp, "ep": ep, "dp": dp}]
+        given = {"pp": pp, "ep": ep, "dp": dp} | ({} if tp is None else {"tp": tp})
+        layouts = [parse_layout(spec) for spec in compare or ()] or [given]
         reports = [
             _report(
                 model_name,
@@ -172,7 +171,7 @@ def model(
 
 def _report(
     model_name: str,
-    layout: dict[str, int | None],
+    layout: dict[str, int],
     *,
     gpu: str | None,
     gpus: int | None,

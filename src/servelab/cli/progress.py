@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.markup import escape
 from rich.progress import (
@@ -80,7 +80,7 @@ class SweepView:
         phase = "warm-up" if event.warmup else "measuring"
         total = event.total_requests
         self.timed = total is None and event.duration_s is not None
-        if self.timed:
+        if total is None and event.duration_s is not None:
             total = int(event.duration_s)
         self.task = self.progress.add_task(f"{event.level.label}: {phase}", total=total, detail="")
 
@@ -99,7 +99,7 @@ class SweepView:
             )
 
     def _render(self) -> Group:
-        parts = []
+        parts: list[RenderableType] = []
         if self.levels:
             parts.append(render_sweep(self.levels))
         parts.append(self.progress)

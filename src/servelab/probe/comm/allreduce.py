@@ -181,8 +181,8 @@ def _run_ranks(
             time.sleep(_POLL_S)
     finally:
         _stop(processes)
-        for log in logs:
-            log.close()
+        for handle in logs:
+            handle.close()
 
 
 def _rank_env(run_dir: Path, rank: int, world_size: int, port: int, backend: str) -> dict[str, str]:

@@ -11,6 +11,7 @@ bandwidth says which happened. The sizes follow DESIGN.md's measurements.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from servelab.probe.comm._timing import bandwidth_point, time_per_call_us
@@ -65,7 +66,7 @@ def measure_p2p_pair(
             send, recv = buffers[src][0][:size], buffers[dst][1][:size]
             times = time_per_call_us(
                 src,
-                lambda send=send, recv=recv: recv.copy_(send),
+                partial(recv.copy_, send),
                 iterations=max(_MIN_BATCH, min(_MAX_BATCH, _BATCH_BYTES // size)),
                 repeats=large_repeats if size >= _LARGE_BYTES else repeats,
             )
