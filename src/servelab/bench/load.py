@@ -13,6 +13,8 @@ from enum import StrEnum
 
 import numpy as np
 
+from servelab.core.units import NS_PER_S
+
 __all__ = ["LevelSpec", "LoadMode", "arrival_offsets_ns"]
 
 
@@ -74,5 +76,5 @@ def arrival_offsets_ns(
         t += float(rng.gamma(burstiness, scale))
         if duration_s is not None and t >= duration_s:
             break
-        offsets.append(int(t * 1e9))
+        offsets.append(int(t * NS_PER_S))
     return offsets

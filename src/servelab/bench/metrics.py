@@ -16,6 +16,7 @@ from servelab.bench.load import LevelSpec, LoadMode
 from servelab.bench.records import ErrorKind, OutputTokenSource, RequestRecord
 from servelab.bench.results import ClientStats, InputTokenSource, LevelSummary
 from servelab.core.clock import NS_PER_MS, NS_PER_S
+from servelab.core.units import MS_PER_S
 
 __all__ = [
     "CLIENT_BOUND_CPU_PCT",
@@ -111,7 +112,7 @@ def compute_level(
             output_throughput=output_tokens * per_s,
             total_throughput=(input_tokens + output_tokens) * per_s,
             **latency,
-            concurrency=sum(e2e_ms) / 1e3 * per_s,
+            concurrency=sum(e2e_ms) / MS_PER_S * per_s,
             max_concurrent_requests=_max_in_flight(live),
             max_output_tokens_per_s=_max_tokens_in_a_second(done, live),
             single_stream_tok_s=_single_stream(done, level),

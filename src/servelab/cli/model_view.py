@@ -6,11 +6,11 @@ from rich.console import Group, RenderableType
 from rich.markup import escape
 from rich.table import Table
 
+from servelab.core.units import BYTES_PER_GB, GIB, MS_PER_S
 from servelab.model.results import ModelComparison, ModelReport, StepBreakdown
 
 __all__ = ["render_comparison", "render_report"]
 
-_GIB = 2**30
 _KIB = 2**10
 
 
@@ -38,7 +38,7 @@ def render_comparison(comparison: ModelComparison) -> RenderableType:
     for report in reports:
         table.add_column(escape(f"{report.gpus}x {report.layout}"), justify="right")
     rows: list[tuple[str, list[str]]] = [
-        ("weights per GPU", [f"{r.weight_memory.per_gpu_bytes / _GIB:,.1f} GiB" for r in reports]),
+        ("weights per GPU", [f"{r.weight_memory.per_gpu_bytes / GIB:,.1f} GiB" for r in reports]),
         (
             "KV per token per GPU",
             [f"{r.kv.kv_bytes_per_token_per_gpu / _KIB:,.1f} KiB" for r in reports],
@@ -82,9 +82,9 @@ def _summary(report: ModelReport) -> Table:
     other = mem.per_gpu_bytes - mem.experts_bytes - mem.attention_bytes
     table.add_row(
         "weights per GPU",
-        f"{mem.per_gpu_bytes / _GIB:,.1f} GiB (experts {mem.experts_bytes / _GIB:,.1f}, "
-        f"attention {mem.attention_bytes / _GIB:,.1f}, other {other / _GIB:,.1f}); "
-        f"model {mem.model_bytes / 1e9:,.0f} GB",
+        f"{mem.per_gpu_bytes / GIB:,.1f} GiB (experts {mem.experts_bytes / GIB:,.1f}, "
+        f"attention {mem.attention_bytes / GIB:,.1f}, other {other / GIB:,.1f}); "
+        f"model {mem.model_bytes / BYTES_PER_GB:,.0f} GB",
     )
     table.add_row(
         "KV per token",
@@ -93,8 +93,8 @@ def _summary(report: ModelReport) -> Table:
     )
     table.add_row(
         "KV capacity",
-        f"{kv.capacity_tokens:,} tokens ({kv.kv_pool_bytes_per_gpu / _GIB:,.1f} GiB per GPU "
-        f"after weights and a {kv.activation_reserve_bytes / _GIB:g} GiB reserve)",
+        f"{kv.capacity_tokens:,} tokens ({kv.kv_pool_bytes_per_gpu / GIB:,.1f} GiB per GPU "
+        f"after weights and a {kv.activation_reserve_bytes / GIB:g} GiB reserve)",
     )
     table.add_row(
         "max concurrency",
@@ -133,13 +133,13 @@ def _breakdown(step: StepBreakdown, *, title: str) -> Table:
 
     def memory_row(label: str, nbytes: float) -> None:
         seconds = step.memory_s * nbytes / read if read else 0.0
-        table.add_row(f"  {label}", f"{nbytes / 1e9:,.3f} GB", _ms(seconds), "")
+        table.add_row(f"  {label}", f"{nbytes / BYTES_PER_GB:,.3f} GB", _ms(seconds), "")
 
     memory_row("weights (non-expert)", step.weight_bytes)
     if step.distinct_experts_per_layer:
         memory_row(f"experts (~{step.distinct_experts_per_layer:,.1f}/layer)", step.expert_bytes)
     memory_row("KV cache", step.kv_bytes)
-    table.add_row("memory", f"{read / 1e9:,.3f} GB", _ms(step.memory_s), "")
+    table.add_row("memory", f"{read / BYTES_PER_GB:,.3f} GB", _ms(step.memory_s), "")
     table.add_row("compute", f"{step.flops / 1e12:,.3f} TFLOP", _ms(step.compute_s), "")
     table.add_row(
         f"GPU busy ({'memory' if step.memory_s >= step.compute_s else 'compute'})",
@@ -208,4 +208,4 @@ def _best(report: ModelReport) -> str:
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:,.3f} ms" if seconds < 0.01 else f"{seconds * 1e3:,.1f} ms"
+    return f"{seconds * MS_PER_S:,.3f} ms" if seconds < 0.01 else f"{seconds * MS_PER_S:,.1f} ms"

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from servelab.core.units import GIB, MIB
 from servelab.probe.comm.results import CommResults
 from servelab.probe.gpus import GpuFacts, GpuInventory
 from servelab.probe.report import ProbeReport
@@ -23,7 +24,6 @@ _SEVERITY_STYLE = {
     Severity.INFO: "cyan",
     Severity.OK: "green",
 }
-_GIB = 1024**3
 
 
 def render_probe(report: ProbeReport) -> RenderableType:
@@ -49,7 +49,7 @@ def _host(report: ProbeReport) -> Table:
         cores += f", {host.sockets} socket(s)"
     table.add_row("CPU", escape(f"{host.cpu_model or 'unknown'} ({cores})"))
     if host.memory_bytes:
-        table.add_row("memory", f"{host.memory_bytes / _GIB:,.1f} GiB")
+        table.add_row("memory", f"{host.memory_bytes / GIB:,.1f} GiB")
     for node in host.numa_nodes:
         distances = " ".join(map(str, node.distances))
         table.add_row(
@@ -141,7 +141,7 @@ def _comm(comm: CommResults) -> Iterator[RenderableType]:
         for m in comm.memory_copy or []:
             table.add_row(
                 m.device,
-                f"memory copy, {m.buffer_bytes / _GIB:g} GiB buffer (read + written)",
+                f"memory copy, {m.buffer_bytes / GIB:g} GiB buffer (read + written)",
                 f"{m.bandwidth_gb_s:,.0f} GB/s",
                 _opt(m.datasheet_bandwidth_gb_s, "GB/s"),
                 _share(m.fraction_of_datasheet),
@@ -247,7 +247,7 @@ def _memory(gpu: GpuFacts) -> str:
     if gpu.memory_total_bytes is None:
         return "?"
     used = gpu.memory_used_bytes or 0
-    return f"{used / _GIB:,.1f}/{gpu.memory_total_bytes / _GIB:,.1f} GiB"
+    return f"{used / GIB:,.1f}/{gpu.memory_total_bytes / GIB:,.1f} GiB"
 
 
 def _power(gpu: GpuFacts) -> str:
@@ -286,7 +286,7 @@ def _share(value: float | None) -> str:
 
 
 def _size(size: int) -> str:
-    for unit, factor in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+    for unit, factor in (("GB", GIB), ("MB", MIB), ("KB", 1 << 10)):
         if size >= factor:
             return f"{size / factor:g} {unit}"
     return f"{size} B"

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import time
 
-__all__ = ["NS_PER_MS", "NS_PER_S", "now_ns", "wall_anchor"]
+from servelab.core.units import NS_PER_MS, NS_PER_S
 
-NS_PER_MS = 1_000_000
-NS_PER_S = 1_000_000_000
+__all__ = ["NS_PER_MS", "NS_PER_S", "now_ns", "wall_anchor"]
 
 now_ns = time.perf_counter_ns
 

@@ -1,4 +1,9 @@
-"""Parsing of the values users type: durations with units, number lists, SLOs."""
+"""Units: the conversion factors servelab uses, and parsing of the values users type
+(durations with units, number lists, SLOs).
+
+Every conversion between units goes through a name here (`bytes / GIB`, `ns / NS_PER_MS`),
+so a unit is defined once and a bare `/ 1e3` never leaves its unit to be guessed.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,42 @@ import re
 
 from servelab.core.errors import ConfigError
 
-__all__ = ["SLO_KEYS", "parse_duration_s", "parse_number_list", "parse_slos"]
+__all__ = [
+    "BYTES_PER_GB",
+    "GIB",
+    "MIB",
+    "MILLIJOULES_PER_J",
+    "MILLIWATTS_PER_W",
+    "MS_PER_S",
+    "NS_PER_MS",
+    "NS_PER_S",
+    "NS_PER_US",
+    "SLO_KEYS",
+    "US_PER_MS",
+    "US_PER_S",
+    "parse_duration_s",
+    "parse_number_list",
+    "parse_slos",
+]
+
+GIB = 1 << 30
+"""Bytes in a GiB (memory sizes)."""
+MIB = 1 << 20
+BYTES_PER_GB = 1e9
+"""Bytes in a decimal GB (bandwidths, as datasheets and nccl-tests give them)."""
+MS_PER_S = 1_000
+US_PER_S = 1_000_000
+US_PER_MS = 1_000
+NS_PER_US = 1_000
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+MILLIJOULES_PER_J = 1_000
+"""Millijoules in a joule (NVML's energy counter counts millijoules)."""
+MILLIWATTS_PER_W = 1_000
+"""Milliwatts in a watt (NVML reports power in milliwatts)."""
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|m|h)\s*$")
-_FACTOR_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_FACTOR_S = {"ms": 1 / MS_PER_S, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 SLO_KEYS = ("ttft", "tpot", "e2e")
 
@@ -60,5 +97,8 @@ def parse_slos(text: str) -> dict[str, float]:
                 f"SLO {part.strip()!r} is not understood",
                 hint=f"use key=duration with key one of {', '.join(SLO_KEYS)}, e.g. ttft=200ms",
             )
-        slos[key] = parse_duration_s(value, what=f"SLO {key}") * 1e3
+        ms = parse_duration_s(value, what=f"SLO {key}") * MS_PER_S
+        if not math.isfinite(ms):
+            raise ConfigError(f"SLO {key} {value.strip()!r} is too large for a duration")
+        slos[key] = ms
     return slos

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from servelab.core.units import GIB
 from servelab.probe.nvml import PynvmlSource, open_nvml_with_reason
 
 __all__ = ["DEFAULT_GPU_RELEASE_TIMEOUT_S", "GpuRelease", "GpuWatch"]
@@ -24,7 +25,6 @@ DEFAULT_GPU_RELEASE_TIMEOUT_S = 15.0
 
 _POLL_S = 0.2
 _MAX_DEPTH = 64
-_GIB = 1 << 30
 
 GpuRelease = tuple[bool | None, str]
 """(released, detail): None when it could not be checked, the detail says why."""
@@ -70,7 +70,7 @@ class GpuWatch:
             return True, "the engine held no GPU memory"
         held = sum(size for _, size in self._engine.values())
         gpus = ",".join(str(i) for i in sorted({gpu for gpu, _ in self._engine.values()}))
-        what = f"{len(self._engine)} process(es) held {held / _GIB:.1f} GiB on GPU {gpus}"
+        what = f"{len(self._engine)} process(es) held {held / GIB:.1f} GiB on GPU {gpus}"
         start = time.monotonic()
         while True:
             left = set(self._engine) & set(self._processes())

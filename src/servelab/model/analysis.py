@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from servelab.core.units import MS_PER_S, US_PER_S
 from servelab.model.comm import comm_model
 from servelab.model.deployment import Deployment, replaced_figures
 from servelab.model.params import count_params
@@ -47,7 +48,7 @@ def throughput_curve(
         points.append(
             ThroughputPoint(
                 concurrency=level,
-                tpot_ms=decode.step_s * 1e3,
+                tpot_ms=decode.step_s * MS_PER_S,
                 prefill_s=fill,
                 output_tokens_per_s=level * output_len / cycle if cycle else 0.0,
                 total_tokens_per_s=level * (input_len + output_len) / cycle if cycle else 0.0,
@@ -101,7 +102,7 @@ def _assumptions(dep: Deployment) -> list[str]:
         "memory and compute overlap perfectly; collectives do not overlap them",
         "experts are picked uniformly and independently by each token",
         f"per-step overhead {dep.step_overhead_us:g} us (CUDA-graph replay, sampling, scheduler)",
-        f"links: {comm.link}, all-reduce latency {comm.allreduce_latency_s * 1e6:g} us",
+        f"links: {comm.link}, all-reduce latency {comm.allreduce_latency_s * US_PER_S:g} us",
     ]
     if dep.model.mla is not None and dep.layout.tp > 1:
         notes.append("the MLA latent cache is replicated on every tensor-parallel rank")

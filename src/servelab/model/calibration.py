@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servelab.core.errors import ConfigError
 from servelab.core.jsonfile import read_json_object
+from servelab.core.units import US_PER_S
 from servelab.model.gpus import GpuSpec
 
 __all__ = [
@@ -126,7 +127,7 @@ def _p2p(pairs: list[dict[str, Any]]) -> dict[str, float]:
     smallest = [min(points, key=lambda p: p["size_bytes"]) for points in series]
     return {
         "link_bandwidth_bytes_s": min(p["bandwidth_gb_s"] for p in largest) * _GB,
-        "send_latency_s": max(p["time_us"] for p in smallest) * 1e-6,
+        "send_latency_s": max(p["time_us"] for p in smallest) / US_PER_S,
     }
 
 
@@ -141,7 +142,7 @@ def _allreduce(result: Any) -> dict[str, Any]:
         "allreduce": tuple(
             AllReduceSample(
                 size_bytes=int(p["size_bytes"]),
-                time_s=float(p["time_us"]) * 1e-6,
+                time_s=float(p["time_us"]) / US_PER_S,
                 busbw_bytes_s=float(p["busbw_gb_s"]) * _GB,
             )
             for p in points

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servelab.core.units import GIB, US_PER_S
 from servelab.model.calibration import Calibration, Replacement, apply_calibration
 from servelab.model.comm import CommModel, comm_model
 from servelab.model.configs import ModelConfig
@@ -34,7 +35,7 @@ __all__ = [
 
 DEFAULT_STEP_OVERHEAD_US = 100.0
 DEFAULT_MEM_FRACTION = 0.9
-DEFAULT_ACTIVATION_RESERVE_BYTES = 2 * 2**30
+DEFAULT_ACTIVATION_RESERVE_BYTES = 2 * GIB
 
 
 class Deployment(BaseModel):
@@ -74,8 +75,8 @@ def _link_replacements(datasheet: CommModel, calibrated: CommModel) -> tuple[Rep
     pairs = (
         ("GPU-to-GPU link bandwidth", "GB/s", 1e9, "link_bandwidth_bytes_s"),
         ("all-reduce bus bandwidth", "GB/s", 1e9, "allreduce_busbw_bytes_s"),
-        ("all-reduce latency", "us", 1e-6, "allreduce_latency_s"),
-        ("send latency", "us", 1e-6, "send_latency_s"),
+        ("all-reduce latency", "us", 1 / US_PER_S, "allreduce_latency_s"),
+        ("send latency", "us", 1 / US_PER_S, "send_latency_s"),
     )
     for name, unit, scale, field in pairs:
         old, new = getattr(datasheet, field), getattr(calibrated, field)

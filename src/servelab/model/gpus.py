@@ -12,6 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from servelab.core.errors import ConfigError
+from servelab.core.units import GIB
 
 __all__ = [
     "GPUS",
@@ -22,7 +23,6 @@ __all__ = [
     "pcie_bandwidth_bytes_s",
 ]
 
-_GIB = 2**30
 _TB = 1e12
 _GB = 1e9
 _TFLOPS = 1e12
@@ -96,7 +96,7 @@ GPUS: dict[str, GpuSpec] = {
             slug="h100",
             name="NVIDIA H100 SXM5 80GB",
             nvml_names=("H100 80GB HBM3", "H100 SXM"),
-            memory_bytes=80 * _GIB,
+            memory_bytes=80 * GIB,
             memory_bandwidth_bytes_s=3.35 * _TB,
             bf16_dense_flops=989.5 * _TFLOPS,
             fp8_dense_flops=1979 * _TFLOPS,
@@ -114,7 +114,7 @@ GPUS: dict[str, GpuSpec] = {
             name="NVIDIA H200 SXM 141GB",
             nvml_names=("H200",),
             nvml_excludes=("NVL",),
-            memory_bytes=141 * _GIB,
+            memory_bytes=141 * GIB,
             memory_bandwidth_bytes_s=4.8 * _TB,
             bf16_dense_flops=989.5 * _TFLOPS,
             fp8_dense_flops=1979 * _TFLOPS,
@@ -133,7 +133,7 @@ GPUS: dict[str, GpuSpec] = {
             name="NVIDIA B200 180GB",
             nvml_names=("B200",),
             nvml_excludes=("GB200",),
-            memory_bytes=180 * _GIB,
+            memory_bytes=180 * GIB,
             memory_bandwidth_bytes_s=8 * _TB,
             bf16_dense_flops=2250 * _TFLOPS,
             fp8_dense_flops=4500 * _TFLOPS,
@@ -153,7 +153,7 @@ GPUS: dict[str, GpuSpec] = {
             slug="rtx-pro-6000",
             name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
             nvml_names=("RTX PRO 6000 Blackwell Server Edition",),
-            memory_bytes=96 * _GIB,
+            memory_bytes=96 * GIB,
             memory_bandwidth_bytes_s=1.6 * _TB,
             bf16_dense_flops=500 * _TFLOPS,
             fp8_dense_flops=1000 * _TFLOPS,
@@ -170,7 +170,7 @@ GPUS: dict[str, GpuSpec] = {
             slug="l40s",
             name="NVIDIA L40S",
             nvml_names=("L40S",),
-            memory_bytes=48 * _GIB,
+            memory_bytes=48 * GIB,
             memory_bandwidth_bytes_s=864 * _GB,
             bf16_dense_flops=362.05 * _TFLOPS,
             fp8_dense_flops=733 * _TFLOPS,
@@ -187,7 +187,7 @@ GPUS: dict[str, GpuSpec] = {
             slug="a100",
             name="NVIDIA A100 SXM4 80GB",
             nvml_names=("A100-SXM4-80GB", "A100 SXM4 80GB"),
-            memory_bytes=80 * _GIB,
+            memory_bytes=80 * GIB,
             memory_bandwidth_bytes_s=2.039 * _TB,
             bf16_dense_flops=312 * _TFLOPS,
             fp8_dense_flops=None,
@@ -207,7 +207,7 @@ GPUS: dict[str, GpuSpec] = {
             name="NVIDIA GeForce RTX 5090",
             nvml_names=("RTX 5090",),
             nvml_excludes=("Laptop",),
-            memory_bytes=32 * _GIB,
+            memory_bytes=32 * GIB,
             memory_bandwidth_bytes_s=1.792 * _TB,
             bf16_dense_flops=209.5 * _TFLOPS,
             fp8_dense_flops=419 * _TFLOPS,

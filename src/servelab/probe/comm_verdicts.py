@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from servelab.core.units import BYTES_PER_GB
 from servelab.probe.comm.results import CommResults, P2PResult
 from servelab.probe.verdict import Severity, Verdict
 
@@ -165,7 +166,7 @@ def _p2p(comm: CommResults, links: Mapping[tuple[int, int], float]) -> list[Verd
                 evidence=[
                     f"gpu{p.gpu_a} <-> gpu{p.gpu_b}: {_large(p)} = "
                     f"{shares[(p.gpu_a, p.gpu_b)]:.0%} of "
-                    f"{links[(p.gpu_a, p.gpu_b)] / 1e9:,.0f} GB/s per direction; "
+                    f"{links[(p.gpu_a, p.gpu_b)] / BYTES_PER_GB:,.0f} GB/s per direction; "
                     f"{SMALL_COPY_BYTES // 1024} KB in {_small_copy_us(p) or 0:.1f} µs"
                     for p in slow
                 ],
@@ -192,7 +193,7 @@ def _link_share(pair: P2PResult, links: Mapping[tuple[int, int], float]) -> floa
     largest = _largest_copy(pair)
     if not link or largest is None:
         return None
-    return largest[1] * 1e9 / link
+    return largest[1] * BYTES_PER_GB / link
 
 
 def _large(pair: P2PResult) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servelab.core.units import MILLIWATTS_PER_W
 from servelab.probe.nvml import (
     NVML_NVLINK_MAX_LINKS,
     NvmlSource,
@@ -252,7 +253,7 @@ def _nvlink_count(a: GpuFacts, b: GpuFacts) -> int:
 
 
 def _watts(milliwatts: int | None) -> float | None:
-    return None if milliwatts is None else milliwatts / 1000
+    return None if milliwatts is None else milliwatts / MILLIWATTS_PER_W
 
 
 def _read_int(folder: Path, name: str) -> int | None:

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from servelab.core.clock import now_ns, wall_anchor
 from servelab.core.errors import ConfigError
+from servelab.core.units import MILLIWATTS_PER_W
 from servelab.probe.nvml import PynvmlSource, clock_event_reason_names, open_nvml_with_reason
 from servelab.telemetry._loop import ErrorLog, Periodic
 
@@ -342,8 +343,8 @@ class GpuSampler:
                 t_ns=t_ns,
                 tick=tick,
                 gpu=gpu,
-                power_w=None if power is None else power / 1000,
-                power_limit_w=None if limit is None else limit / 1000,
+                power_w=None if power is None else power / MILLIWATTS_PER_W,
+                power_limit_w=None if limit is None else limit / MILLIWATTS_PER_W,
                 util_pct=None if util is None else util[0],
                 mem_util_pct=None if util is None else util[1],
                 sm_clock_mhz=self._read(gpu, "sm_clock", reader.sm_clock_mhz, rows),

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from servelab.core.clock import NS_PER_S, now_ns, wall_anchor
 from servelab.core.errors import ConfigError
+from servelab.core.units import NS_PER_MS
 from servelab.telemetry._loop import ErrorLog, Periodic
 from servelab.telemetry.gpu import Sink
 
@@ -255,7 +256,7 @@ class MetricsScraper:
             {
                 "kind": "metrics",
                 "t_ns": t_ns,
-                "scrape_ms": (t_recv - t_send) / 1e6,
+                "scrape_ms": (t_recv - t_send) / NS_PER_MS,
                 "engine": sample.engine,
                 "running": sample.running,
                 "queued": sample.queued,

@@ -20,6 +20,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from servelab.core.clock import NS_PER_S
+from servelab.core.units import MILLIJOULES_PER_J
 from servelab.probe.nvml import clock_event_reason_names
 from servelab.telemetry.gpu import GpmSample, GpuSample, GpuTrace, PcieSample
 from servelab.telemetry.scrape import EngineSample, EngineTrace
@@ -202,7 +203,7 @@ def _energy(
     counter = [(s.t_ns, float(s.energy_mj)) for s in around if s.energy_mj is not None]
     delta_mj = _counter_delta(counter, t0, t1)
     if delta_mj is not None and delta_mj >= 0:  # negative: the driver reloaded
-        return delta_mj / 1000, "counter"
+        return delta_mj / MILLIJOULES_PER_J, "counter"
     joules = _integral_s([(s.t_ns, s.power_w) for s in around if s.power_w is not None], t0, t1)
     return (joules, "power") if joules is not None else (None, None)
 

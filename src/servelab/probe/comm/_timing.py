@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from servelab.core.units import NS_PER_US, US_PER_MS
 from servelab.probe.comm.results import BandwidthPoint
 
 if TYPE_CHECKING:
@@ -50,12 +51,12 @@ def time_per_call_us(
                     fn()
                 end.record()
                 end.synchronize()
-                times_us.append(start.elapsed_time(end) * 1e3 / iterations)
+                times_us.append(start.elapsed_time(end) * US_PER_MS / iterations)
         else:
             start_ns = time.perf_counter_ns()
             for _ in range(iterations):
                 fn()
-            times_us.append((time.perf_counter_ns() - start_ns) / 1e3 / iterations)
+            times_us.append((time.perf_counter_ns() - start_ns) / NS_PER_US / iterations)
     return times_us
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Literal
 
+from servelab.core.units import BYTES_PER_GB, GIB
 from servelab.model.gpus import GpuSpec
 from servelab.probe.comm._timing import gb_s, time_per_call_us
 from servelab.probe.comm.results import HostCopyResult, MatmulResult, MemoryCopyResult
@@ -30,7 +31,7 @@ __all__ = [
     "measure_memory_copy",
 ]
 
-DEFAULT_MEMORY_COPY_BYTES = 1 << 30  # large enough that caches do not matter (L2 <= 128 MiB)
+DEFAULT_MEMORY_COPY_BYTES = GIB  # large enough that caches do not matter (L2 <= 128 MiB)
 DEFAULT_MATMUL_MNK = 8192  # large enough to keep every SM busy, ~1 ms on an H200
 DEFAULT_HOST_COPY_BYTES = 256 << 20
 FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper were the first with FP8 tensor cores
@@ -55,7 +56,7 @@ def measure_memory_copy(
     median = statistics.median(times)
     moved = 2 * size_bytes
     bandwidth = gb_s(moved, median)
-    datasheet = spec.memory_bandwidth_bytes_s / 1e9 if spec else None
+    datasheet = spec.memory_bandwidth_bytes_s / BYTES_PER_GB if spec else None
     return MemoryCopyResult(
         device=str(device),
         buffer_bytes=size_bytes,

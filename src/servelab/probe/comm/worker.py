@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from servelab.core.processes import die_with_parent
+from servelab.core.units import NS_PER_US
 from servelab.probe.comm._timing import synchronize
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ def _time_allreduce(buffer: torch.Tensor, *, warmup: int, iterations: int) -> fl
     for _ in range(iterations):
         dist.all_reduce(buffer)
     synchronize(buffer.device)
-    return (time.perf_counter_ns() - start_ns) / 1e3 / iterations
+    return (time.perf_counter_ns() - start_ns) / NS_PER_US / iterations
 
 
 def _sum_verified(device: torch.device, world_size: int) -> bool:
