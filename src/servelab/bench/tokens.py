@@ -22,6 +22,7 @@ __all__ = [
     "LocalTokenizer",
     "ServerTokenizer",
     "TokenCounter",
+    "check_tokenizer",
     "load_local_tokenizer",
 ]
 
@@ -67,6 +68,11 @@ class LocalTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self._tokenizer.decode(ids)
+
+
+def check_tokenizer(path: str | Path) -> None:
+    """A ConfigError unless `path` holds a tokenizer that loads (checked before a run starts)."""
+    load_local_tokenizer(path)
 
 
 def load_local_tokenizer(path: str | Path) -> LocalTokenizer:

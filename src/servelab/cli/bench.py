@@ -299,9 +299,9 @@ def _config(
         prompt=prompt,
     )
     if tokenizer is not None:
-        from servelab.bench.tokens import load_local_tokenizer
+        from servelab.bench.tokens import check_tokenizer
 
-        load_local_tokenizer(tokenizer)
+        check_tokenizer(tokenizer)
     return BenchConfig(
         url=parse_url(url),
         api=api,

@@ -7,7 +7,7 @@ import urllib.parse
 
 from servelab.core.errors import ConfigError, EndpointUnreachable
 
-__all__ = ["LOCALHOST", "ensure_listening", "free_port", "url_host"]
+__all__ = ["LOCALHOST", "check_can_listen", "ensure_listening", "free_port", "url_host"]
 
 LOCALHOST = "127.0.0.1"
 _WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
@@ -20,6 +20,15 @@ def url_host(host: str) -> str:
 
 def free_port(host: str = LOCALHOST) -> int:
     """A TCP port nothing listens on right now, on `host` (IPv4 or IPv6)."""
+    return _bind_any_port(host)
+
+
+def check_can_listen(host: str) -> None:
+    """A ConfigError unless a server could listen on `host` at all (on some free port)."""
+    _bind_any_port(host)
+
+
+def _bind_any_port(host: str) -> int:
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             url_host(host), 0, type=socket.SOCK_STREAM

@@ -48,6 +48,7 @@ from servelab.engines.supervisor import (
 
 __all__ = [
     "StopResult",
+    "drop_stale_records",
     "engine_down",
     "engine_up",
     "follow_log",
@@ -83,7 +84,7 @@ def engine_up(
     adapter = get_adapter(spec.engine)
     if not adapter.launches:
         raise ConfigError(f"engine {adapter.name!r} is attached by URL; there is nothing to start")
-    running_engines()  # drops stale entries, so a dead engine's name can be reused
+    drop_stale_records()  # so a dead engine's name can be reused
     port = spec.port or free_port(spec.host or LOCALHOST)
     spec = spec.model_copy(update={"port": port})
     name = name or f"{adapter.name}-{port}"
@@ -174,6 +175,13 @@ def running_engines() -> tuple[list[EngineRecord], list[str]]:
             remove_record(name)
             stale.append(name)
     return live, stale
+
+
+def drop_stale_records() -> None:
+    """Remove the records of engines no longer running."""
+    for name, record in load_records().items():
+        if not record.running():
+            remove_record(name)
 
 
 def log_path_of(name: str) -> Path:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servelab.core.errors import EngineLaunchError
-from servelab.core.net import LOCALHOST, free_port, url_host
+from servelab.core.net import LOCALHOST, check_can_listen, free_port, url_host
 from servelab.core.processes import group_alive, signal_group
 from servelab.core.redact import is_secret_name, redact_argv, register_secret
 from servelab.engines.base import EngineAdapter, EngineSpec
@@ -123,7 +123,7 @@ def launch_engine(
     if port is None:
         port = free_port(host)
     elif not _port_free(host, port):
-        free_port(host)  # a host that cannot be listened on at all says so first
+        check_can_listen(host)  # a host that cannot be listened on at all says so first
         raise EngineLaunchError(f"cannot start {adapter.name}: port {port} on {host} is in use")
     command = adapter.command(spec, host=host, port=port)
     _register_secrets(spec, command)

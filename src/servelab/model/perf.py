@@ -18,6 +18,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from servelab.core.errors import ConfigError
+from servelab.core.units import GIB, US_PER_S
 from servelab.model._costs import Costs, CriticalPath, Work, forward, stage_costs
 from servelab.model.calibration import Calibration, calibration_from_probe
 from servelab.model.configs import ModelConfig
@@ -46,6 +47,7 @@ from servelab.model.results import (
 )
 
 __all__ = [
+    "check_fits",
     "decode_step",
     "decode_step_s",
     "deploy",
@@ -124,7 +126,7 @@ def deploy(
         activation_reserve_bytes=activation_reserve_bytes,
         calibration=calibration,
     )
-    kv_capacity(dep)  # raises when the weights leave no room for the KV cache
+    check_fits(dep)
     return dep
 
 
@@ -162,6 +164,7 @@ def kv_capacity(dep: Deployment, input_len: int = 0, output_len: int = 0) -> KvC
 
     A ConfigError when the weights and the reserve leave no room on some stage.
     """
+    check_fits(dep)
     costs = _costs(dep)
     usable = dep.gpu.memory_bytes * dep.mem_fraction
     per_layer = costs.kv_token_layer_bytes + costs.index_token_layer_bytes
@@ -170,15 +173,6 @@ def kv_capacity(dep: Deployment, input_len: int = 0, output_len: int = 0) -> KvC
     for stage in costs.stages:
         weights = sum(stage.stored_bytes.values())
         pool = usable - weights - dep.activation_reserve_bytes
-        if pool <= 0:
-            gib = 2**30
-            raise ConfigError(
-                f"{dep.model_name} does not fit: {weights / gib:,.1f} GiB of weights per GPU "
-                f"(+{dep.activation_reserve_bytes / gib:.1f} GiB reserve) on "
-                f"{dep.gpus}x {dep.gpu.slug} with {dep.layout.label}, "
-                f"{usable / gib:,.1f} GiB usable",
-                hint="more GPUs, a smaller weight format, or a higher memory fraction",
-            )
         kv_token_gpu = stage.layers * per_layer
         tokens = pool / kv_token_gpu
         if tokens < replica_tokens:
@@ -197,6 +191,22 @@ def kv_capacity(dep: Deployment, input_len: int = 0, output_len: int = 0) -> KvC
         tokens_per_request=per_request,
         max_concurrency=capacity // per_request if per_request else 0,
     )
+
+
+def check_fits(dep: Deployment) -> None:
+    """A ConfigError unless every stage's GPUs keep room for a KV cache beside the weights
+    and the activation reserve."""
+    usable = dep.gpu.memory_bytes * dep.mem_fraction
+    for stage in _costs(dep).stages:
+        weights = sum(stage.stored_bytes.values())
+        if usable - weights - dep.activation_reserve_bytes <= 0:
+            raise ConfigError(
+                f"{dep.model_name} does not fit: {weights / GIB:,.1f} GiB of weights per GPU "
+                f"(+{dep.activation_reserve_bytes / GIB:.1f} GiB reserve) on "
+                f"{dep.gpus}x {dep.gpu.slug} with {dep.layout.label}, "
+                f"{usable / GIB:,.1f} GiB usable",
+                hint="more GPUs, a smaller weight format, or a higher memory fraction",
+            )
 
 
 def kv_capacity_tokens(dep: Deployment) -> int:
@@ -336,7 +346,7 @@ def _run(
         prefill_tokens=prefill_tokens,
         prefill_context=prefill_context,
     )
-    return forward(dep, _costs(dep), work, micro), dep.step_overhead_us * 1e-6
+    return forward(dep, _costs(dep), work, micro), dep.step_overhead_us / US_PER_S
 
 
 def _kv_bytes_per_token(dep: Deployment) -> float:
