@@ -28,6 +28,7 @@ from servelab.diagnose.signals import fmt
 
 __all__ = [
     "CPU_SATURATED_PCT",
+    "ENGINE_SCRAPES",
     "ENGINE_SEEN_SHARE",
     "LITTLE_SHARE",
     "STALLED_TOKENS",
@@ -41,6 +42,10 @@ lose some at the start and the drain (0.85-0.95 is usual), so only a larger defi
 ENGINE_SEEN_SHARE = 0.8
 """The engine saw (running + waiting, at most) under this share of the requests the
 client had in flight: the requests were late leaving the client."""
+ENGINE_SCRAPES = 3
+"""The engine's count speaks for a level only over three scrapes or more: a scrape that
+lands while finished requests are being replaced (the client's turnaround) sees fewer in
+flight at any load, and a closed loop whose requests finish together makes such gaps."""
 STREAMS_PER_WORKER = 256
 """The bench's default split: one worker process per 256 streams."""
 STALLED_TOKENS = 4.0
@@ -203,6 +208,8 @@ def _little_evidence(lv: LevelFacts, *, supports: bool = True) -> Evidence:
 def _seen(lv: LevelFacts) -> float | None:
     engine = lv.engine
     if not lv.closed or engine is None or engine.running_max is None:
+        return None
+    if engine.samples < ENGINE_SCRAPES:
         return None
     return engine.running_max + (engine.queued_max or 0.0)
 
