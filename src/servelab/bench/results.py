@@ -50,8 +50,10 @@ class ClientStats(BaseModel):
         description="p99 event-loop lag (how long a callback made ready waits to run, "
         "sampled every 10 ms), worst worker, in ms."
     )
-    max_loop_lag_ms: float = Field(
-        description="Largest event-loop lag of any worker during the level, in ms."
+    max_loop_lag_ms: float | None = Field(
+        default=None,
+        description="Largest event-loop lag of any worker during the level, in ms "
+        "(None in runs from before it was measured).",
     )
     max_cpu_pct: float = Field(
         description="CPU time / wall time of the busiest worker from its first send to its "
@@ -64,7 +66,8 @@ class ClientStats(BaseModel):
         "core. The client may have limited the measurement."
     )
     client_bound_reason: str | None = Field(
-        description="Which of those rules fired, with the numbers; None when none did."
+        default=None,
+        description="Which of those rules fired, with the numbers; None when none did.",
     )
 
 
@@ -111,9 +114,11 @@ class LevelSummary(BaseModel):
     output_tokens_estimated: bool = Field(
         description="True when some output counts are text-chunk counts (no usage, no tokenizer)."
     )
-    chunk_tokens_estimated: bool = Field(
+    chunk_tokens_estimated: bool | None = Field(
+        default=None,
         description="True when some request's output tokens differ from its text chunks, so "
-        "the tokens each chunk carried (for ITL and the peak bucket) were shared out."
+        "the tokens each chunk carried (for ITL and the peak bucket) were shared out "
+        "(None in runs from before it was recorded).",
     )
     request_throughput: float = Field(description="completed / duration, in requests/s.")
     input_throughput: float = Field(description="total_input_tokens / duration, in tokens/s.")
