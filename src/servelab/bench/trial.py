@@ -1,6 +1,7 @@
-"""Benchmarking an engine servelab launches: launch from a spec, sweep, stop.
+"""The trial: launch an engine from a spec, sweep it, stop it.
 
-`servelab bench --engine SPEC` and `servelab run` share it: the engine's log goes into the
+It sits in `bench` so that `servelab bench --engine SPEC`, `servelab run` and a tuning
+study's trials share it: the engine's log goes into the
 run directory and is read live against the known signatures (engine_events.json) and for
 its stats lines, its /metrics is scraped beside the load, and it is stopped whatever
 happens.
@@ -26,8 +27,8 @@ from servelab.store import RunDir
 
 __all__ = [
     "bench_engine",
-    "engine_fields",
     "engine_info",
+    "for_engine",
     "note_death",
     "save_engine_events",
 ]
@@ -53,7 +54,7 @@ def bench_engine(
             log_path=run_dir.engine_log_path,
             on_status=lambda message: on_event(Notice(message)),
         )
-        bench = replace(config, name=name, **engine_fields(watched.engine, metrics=metrics))
+        bench = for_engine(replace(config, name=name), watched.engine, metrics=metrics)
         return run_bench(
             bench,
             on_event=on_event,
@@ -86,19 +87,20 @@ def note_death(watched: WatchedEngine, died: EngineDied) -> EngineExit:
     )
 
 
-def engine_fields(engine: RunningEngine, *, metrics: bool) -> dict[str, Any]:
-    """BenchConfig fields for an engine servelab launched: what its adapter knows about it."""
+def for_engine(config: BenchConfig, engine: RunningEngine, *, metrics: bool) -> BenchConfig:
+    """`config` aimed at an engine servelab launched, with what its adapter knows about it."""
     model = engine.spec.model
-    return {
-        "url": engine.url,
-        "model": engine.spec.served_name,
-        "tokenizer": model if model and Path(model).is_dir() else None,
-        "pinning_fields": engine.adapter.pinning_fields,
-        "has_tokenize": engine.adapter.has_tokenize,
-        "engine": engine.adapter.name,
+    return replace(
+        config,
+        url=engine.url,
+        model=engine.spec.served_name,
+        tokenizer=model if model and Path(model).is_dir() else None,
+        pinning_fields=engine.adapter.pinning_fields,
+        has_tokenize=engine.adapter.has_tokenize,
+        engine=engine.adapter.name,
         # An engine known to have no /metrics (transformers serve) is not scraped.
-        "metrics_url": engine.url if metrics and _has_metrics(engine) else None,
-    }
+        metrics_url=engine.url if metrics and _has_metrics(engine) else None,
+    )
 
 
 def _has_metrics(engine: RunningEngine) -> bool:

@@ -15,6 +15,7 @@ from servelab.bench.endpoint import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, 
 from servelab.bench.load import LoadMode
 from servelab.bench.results import BenchSummary
 from servelab.bench.session import DEFAULT_WARMUP, BenchConfig, run_bench
+from servelab.bench.trial import bench_engine
 from servelab.bench.workload import (
     DEFAULT_FIXED_PROMPT,
     DEFAULT_INPUT_LEN,
@@ -35,7 +36,6 @@ from servelab.cli.progress import SweepView
 from servelab.core.errors import ConfigError
 from servelab.core.units import parse_duration_s, parse_number_list, parse_slos
 from servelab.engines.spec import load_spec
-from servelab.pipeline.engine_bench import bench_engine
 from servelab.report.tables import render_sweep
 from servelab.store.rundir import DEFAULT_RUNS_DIR
 from servelab.telemetry import resolve_gpus

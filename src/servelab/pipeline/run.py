@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from servelab.bench.events import BenchEvent, Notice
 from servelab.bench.load import LoadMode
 from servelab.bench.results import BenchSummary
 from servelab.bench.session import BenchConfig, run_bench
+from servelab.bench.trial import engine_info, for_engine, note_death, save_engine_events
 from servelab.bench.workload import WorkloadSpec
 from servelab.core.errors import ConfigError, EngineDied, Interrupted
 from servelab.core.net import ensure_listening
@@ -24,12 +24,6 @@ from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import RunningEngine
 from servelab.engines.signatures import EngineExit
 from servelab.engines.watched import WatchedEngine, launch_watched
-from servelab.pipeline.engine_bench import (
-    engine_fields,
-    engine_info,
-    note_death,
-    save_engine_events,
-)
 from servelab.probe.collect import run_probe
 from servelab.probe.report import ProbeReport
 from servelab.report import render_run_report
@@ -158,26 +152,23 @@ def _bench_config(config: RunConfig, name: str, engine: RunningEngine | None) ->
         output_len=config.output_len,
         seed=config.seed,
     )
-    common: dict[str, Any] = {
-        "mode": LoadMode.CONCURRENCY,
-        "levels": [float(c) for c in config.concurrency],
-        "num_requests": config.num_requests,
-        "duration_s": config.duration_s,
-        "warmup": config.warmup,
-        "workload": workload,
-        "name": name,
-        "command": config.command,
-        "gpus": config.gpus,
-    }
-    if engine is None:
-        assert config.url is not None
-        return BenchConfig(
-            url=config.url,
-            model=config.model,
-            metrics_url=config.url if config.metrics else None,
-            **common,
-        )
-    return BenchConfig(**engine_fields(engine, metrics=config.metrics), **common)
+    url = engine.url if engine is not None else config.url
+    assert url is not None
+    bench = BenchConfig(
+        url=url,
+        model=config.model,
+        metrics_url=url if config.metrics else None,
+        mode=LoadMode.CONCURRENCY,
+        levels=[float(c) for c in config.concurrency],
+        num_requests=config.num_requests,
+        duration_s=config.duration_s,
+        warmup=config.warmup,
+        workload=workload,
+        name=name,
+        command=config.command,
+        gpus=config.gpus,
+    )
+    return bench if engine is None else for_engine(bench, engine, metrics=config.metrics)
 
 
 def _write_report(
