@@ -10,7 +10,6 @@ import typer
 from rich.console import Console
 
 from servelab.cli.exit_codes import handle_errors
-from servelab.cli.model_view import render_comparison, render_report
 from servelab.cli.options import check_range
 from servelab.model.analysis import analyze
 from servelab.model.calibration import Calibration, calibration_from_probe
@@ -18,6 +17,7 @@ from servelab.model.deployment import DEFAULT_MEM_FRACTION, DEFAULT_STEP_OVERHEA
 from servelab.model.layout import parse_layout
 from servelab.model.perf import deploy
 from servelab.model.results import ModelComparison, ModelReport
+from servelab.report import render_model_comparison, render_model_report
 
 __all__ = ["model"]
 
@@ -162,11 +162,11 @@ def model(
             if json_output:
                 out.print_json(comparison.model_dump_json(by_alias=True))
             else:
-                out.print(render_comparison(comparison))
+                out.print(render_model_comparison(comparison))
         elif json_output:
             out.print_json(reports[0].model_dump_json(by_alias=True))
         else:
-            out.print(render_report(reports[0]))
+            out.print(render_model_report(reports[0]))
 
 
 def _report(

@@ -13,10 +13,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from servelab.cli.exit_codes import handle_errors
-from servelab.cli.probe_view import render_probe
 from servelab.core.errors import ConfigError
 from servelab.probe.collect import run_probe
 from servelab.probe.report import ProbeReport
+from servelab.report import render_probe
 from servelab.store import RunDir
 
 __all__ = ["probe", "write_probe_files"]

@@ -15,6 +15,7 @@ from servelab.core.errors import ConfigError
 __all__ = [
     "BYTES_PER_GB",
     "GIB",
+    "KIB",
     "MIB",
     "MILLIJOULES_PER_J",
     "MILLIWATTS_PER_W",
@@ -33,6 +34,7 @@ __all__ = [
 GIB = 1 << 30
 """Bytes in a GiB (memory sizes)."""
 MIB = 1 << 20
+KIB = 1 << 10
 BYTES_PER_GB = 1e9
 """Bytes in a decimal GB (bandwidths, as datasheets and nccl-tests give them)."""
 MS_PER_S = 1_000

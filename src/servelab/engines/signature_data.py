@@ -19,6 +19,8 @@ from enum import StrEnum
 from pathlib import PurePosixPath
 from types import MappingProxyType
 
+from servelab.core.severity import Severity
+
 __all__ = [
     "KIND_INFO",
     "SIGNATURES",
@@ -67,12 +69,8 @@ class EventKind(StrEnum):
     BAD_ARGUMENT = "bad_argument"
 
 
-class EventSeverity(StrEnum):
-    """How much an event can matter: info is a fact, warning costs speed, error stops serving."""
-
-    INFO = "info"
-    WARNING = "warning"
-    ERROR = "error"
+EventSeverity = Severity
+"""How much an event can matter: info is a fact, warning costs speed, error stops serving."""
 
 
 @dataclass(frozen=True)

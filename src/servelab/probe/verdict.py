@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pydantic import BaseModel, ConfigDict, Field
 
+from servelab.core.severity import Severity
+
 __all__ = ["Severity", "Verdict"]
-
-
-class Severity(StrEnum):
-    """How much a finding can cost a serving deployment, worst first when sorted by rank."""
-
-    CRITICAL = "critical"
-    WARNING = "warning"
-    INFO = "info"
-    OK = "ok"
-
-    @property
-    def rank(self) -> int:
-        return list(Severity).index(self)
 
 
 class Verdict(BaseModel):

@@ -6,11 +6,12 @@ import shlex
 from collections.abc import Sequence
 
 from servelab.bench.results import BenchSummary
+from servelab.core.severity import Severity
 from servelab.diagnose.knee import Knee
-from servelab.engines.signatures import KIND_INFO, EventSeverity, LogScan
+from servelab.engines.signatures import KIND_INFO, LogScan
 from servelab.probe.report import ProbeReport
-from servelab.probe.verdict import Severity
 from servelab.report.tables import sweep_header, sweep_rows
+from servelab.report.verdicts import verdict_markdown
 
 __all__ = ["render_run_report"]
 
@@ -97,26 +98,21 @@ def _workload(workload: dict) -> str:
 
 def _verdict_lines(probe: ProbeReport) -> list[str]:
     """Each verdict as one bullet with its evidence; the full facts are in probe.json."""
-    lines = [f"From `probe.json` ({probe.virtualization.summary}):", ""]
-    for verdict in probe.verdicts:
-        lines.append(
-            f"- **{verdict.severity.value}** {verdict.title}: {'; '.join(verdict.evidence)}"
-        )
-        if verdict.severity is not Severity.OK:
-            lines.append(f"  - why it matters: {verdict.meaning}")
-            lines.append(f"  - try: {verdict.action}")
-    return lines
+    return [
+        f"From `probe.json` ({probe.virtualization.summary}):",
+        "",
+        *verdict_markdown(probe.verdicts),
+    ]
 
 
 def _engine_log_lines(scan: LogScan) -> list[str]:
     """The known signatures its log matched, worst first, each with what to try."""
     if not scan.events:
         return [f"No known signature in {scan.lines:,} lines of `engine.log`."]
-    order = {EventSeverity.ERROR: 0, EventSeverity.WARNING: 1, EventSeverity.INFO: 2}
     lines = [f"From {scan.lines:,} lines of `engine.log` (`engine_events.json`):", ""]
-    for event in sorted(scan.events, key=lambda e: (order[e.severity], e.line_no)):
+    for event in sorted(scan.events, key=lambda e: (e.severity.rank, e.line_no)):
         repeated = f" (x{event.count})" if event.count > 1 else ""
         lines.append(f"- **{event.severity.value}** `{event.kind.value}`{repeated}: {event.text}")
-        if event.severity is not EventSeverity.INFO:
+        if event.severity is not Severity.INFO:
             lines.append(f"  - try: {KIND_INFO[event.kind].advice}")
     return lines

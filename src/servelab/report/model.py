@@ -6,15 +6,13 @@ from rich.console import Group, RenderableType
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.core.units import BYTES_PER_GB, GIB, MS_PER_S
+from servelab.core.units import BYTES_PER_GB, GIB, KIB, MS_PER_S
 from servelab.model.results import ModelComparison, ModelReport, StepBreakdown
 
-__all__ = ["render_comparison", "render_report"]
-
-_KIB = 2**10
+__all__ = ["render_model_comparison", "render_model_report"]
 
 
-def render_report(report: ModelReport) -> RenderableType:
+def render_model_report(report: ModelReport) -> RenderableType:
     """One deployment: summary, the step at the asked batch, throughput, calibration, notes."""
     parts: list[RenderableType] = [
         _summary(report),
@@ -27,7 +25,7 @@ def render_report(report: ModelReport) -> RenderableType:
     return Group(*parts)
 
 
-def render_comparison(comparison: ModelComparison) -> RenderableType:
+def render_model_comparison(comparison: ModelComparison) -> RenderableType:
     """Layouts side by side, one column each."""
     reports = comparison.reports
     first = reports[0]
@@ -41,7 +39,7 @@ def render_comparison(comparison: ModelComparison) -> RenderableType:
         ("weights per GPU", [f"{r.weight_memory.per_gpu_bytes / GIB:,.1f} GiB" for r in reports]),
         (
             "KV per token per GPU",
-            [f"{r.kv.kv_bytes_per_token_per_gpu / _KIB:,.1f} KiB" for r in reports],
+            [f"{r.kv.kv_bytes_per_token_per_gpu / KIB:,.1f} KiB" for r in reports],
         ),
         ("KV capacity", [f"{r.kv.capacity_tokens:,} tokens" for r in reports]),
         ("max concurrency", [f"{r.kv.max_concurrency:,}" for r in reports]),
@@ -88,8 +86,8 @@ def _summary(report: ModelReport) -> Table:
     )
     table.add_row(
         "KV per token",
-        f"{kv.kv_bytes_per_token / _KIB:,.1f} KiB (all layers); "
-        f"{kv.kv_bytes_per_token_per_gpu / _KIB:,.1f} KiB on each GPU",
+        f"{kv.kv_bytes_per_token / KIB:,.1f} KiB (all layers); "
+        f"{kv.kv_bytes_per_token_per_gpu / KIB:,.1f} KiB on each GPU",
     )
     table.add_row(
         "KV capacity",

@@ -9,21 +9,14 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from servelab.core.units import GIB, MIB
+from servelab.core.units import GIB, KIB, MIB
 from servelab.probe.comm.results import CommResults
 from servelab.probe.gpus import GpuFacts, GpuInventory
 from servelab.probe.report import ProbeReport
 from servelab.probe.sysfs import format_cpulist
-from servelab.probe.verdict import Severity, Verdict
+from servelab.report.verdicts import render_verdicts
 
 __all__ = ["render_probe"]
-
-_SEVERITY_STYLE = {
-    Severity.CRITICAL: "bold red",
-    Severity.WARNING: "yellow",
-    Severity.INFO: "cyan",
-    Severity.OK: "green",
-}
 
 
 def render_probe(report: ProbeReport) -> RenderableType:
@@ -33,7 +26,7 @@ def render_probe(report: ProbeReport) -> RenderableType:
         parts += [_gpus(report.gpus), *_pairs(report.gpus)]
     if report.comm is not None:
         parts += list(_comm(report.comm))
-    parts.append(_verdicts(report.verdicts))
+    parts.append(render_verdicts(report.verdicts))
     return Group(*parts)
 
 
@@ -222,27 +215,6 @@ def _allreduce(comm: CommResults) -> RenderableType:
     return table
 
 
-def _verdicts(verdicts: list[Verdict]) -> RenderableType:
-    parts: list[RenderableType] = [Text("Verdicts", style="bold italic")]
-    for verdict in verdicts:
-        style = _SEVERITY_STYLE[verdict.severity]
-        parts.append(
-            Text.assemble(
-                (f"{verdict.severity.value.upper():<8} ", style),
-                (verdict.title, "bold"),
-                (f"  [{verdict.code}]", "dim"),
-            )
-        )
-        for line in verdict.evidence[:8]:
-            parts.append(Text(f"    · {line}"))
-        if len(verdict.evidence) > 8:
-            parts.append(Text(f"    · … {len(verdict.evidence) - 8} more (see --json)"))
-        if verdict.severity is not Severity.OK:
-            parts.append(Text(f"    why it matters: {verdict.meaning}", style="dim"))
-            parts.append(Text(f"    try: {verdict.action}"))
-    return Group(*parts)
-
-
 def _memory(gpu: GpuFacts) -> str:
     if gpu.memory_total_bytes is None:
         return "?"
@@ -286,7 +258,7 @@ def _share(value: float | None) -> str:
 
 
 def _size(size: int) -> str:
-    for unit, factor in (("GB", GIB), ("MB", MIB), ("KB", 1 << 10)):
+    for unit, factor in (("GB", GIB), ("MB", MIB), ("KB", KIB)):
         if size >= factor:
             return f"{size / factor:g} {unit}"
     return f"{size} B"
