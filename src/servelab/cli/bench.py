@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -24,9 +22,14 @@ from servelab.bench.workload import (
 )
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
 from servelab.cli.options import (
+    Duration,
+    EngineSpecPath,
+    Gpus,
     JsonOutput,
+    NumRequests,
     OutDir,
     RunsDir,
+    ScrapeMetrics,
     check_range,
     parse_extra_body,
     parse_headers,
@@ -48,14 +51,7 @@ def bench(
         str | None,
         typer.Option(help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000."),
     ] = None,
-    engine: Annotated[
-        Path | None,
-        typer.Option(
-            "--engine",
-            help="Instead of --url: an engine spec (YAML; see `servelab engine check`) to"
-            " launch, sweep and stop. Its log is read against known signatures.",
-        ),
-    ] = None,
+    engine: EngineSpecPath = None,
     api: Annotated[Api, typer.Option(help="Which API to drive.")] = Api.CHAT,
     model: Annotated[
         str | None, typer.Option(help="Served model name. Default: the first of /v1/models.")
@@ -81,16 +77,8 @@ def bench(
     burstiness: Annotated[
         float, typer.Option(help="Open loop: gamma shape of inter-arrival times; 1 is Poisson.")
     ] = 1.0,
-    num_requests: Annotated[
-        int | None,
-        typer.Option(
-            help="Requests per level. Default: 4 per stream (min 16), or 30 s of arrivals."
-        ),
-    ] = None,
-    duration: Annotated[
-        str | None,
-        typer.Option(help="Run each level this long instead, e.g. 60s; in-flight ones finish."),
-    ] = None,
+    num_requests: NumRequests = None,
+    duration: Duration = None,
     warmup: Annotated[
         int, typer.Option(help="Warm-up requests before each level, excluded from results.")
     ] = DEFAULT_WARMUP,
@@ -137,20 +125,8 @@ def bench(
     extra_body: Annotated[
         str | None, typer.Option(help="JSON object merged into every request body.")
     ] = None,
-    gpus: Annotated[
-        str | None,
-        typer.Option(
-            help="The engine's GPUs to sample at 10 Hz while it runs (power, utilization,"
-            " clocks, energy, GPM), as NVML indices or UUIDs, e.g. 0,1."
-        ),
-    ] = None,
-    metrics: Annotated[
-        bool,
-        typer.Option(
-            help="Scrape the endpoint's Prometheus /metrics once a second (SGLang, vLLM, the"
-            " simulator): running and queued requests, KV usage. n/a where it has none."
-        ),
-    ] = True,
+    gpus: Gpus = None,
+    metrics: ScrapeMetrics = True,
     out: OutDir = None,
     name: Annotated[str | None, typer.Option(help="Run name. Default: from the URL.")] = None,
     runs_dir: RunsDir = DEFAULT_RUNS_DIR,
@@ -167,40 +143,60 @@ def bench(
         if (url is None) == (engine is None):
             raise ConfigError("give --url (an endpoint) or --engine (a spec to launch), one")
         spec = load_spec(engine) if engine is not None else None
-        config = _config(
-            url=url or "http://127.0.0.1",
-            api=api,
-            model=model,
-            api_key=api_key,
-            header=header or [],
-            stream=stream,
-            concurrency=concurrency,
-            request_rate=request_rate,
-            burstiness=burstiness,
-            num_requests=num_requests,
-            duration=duration,
-            warmup=warmup,
-            dataset=dataset,
+        if concurrency and request_rate:
+            raise ConfigError("give --concurrency or --request-rate, not both")
+        if num_requests is not None and duration is not None:
+            raise ConfigError("give --num-requests or --duration, not both")
+        mode, levels = _load(concurrency, request_rate)
+        check_range("--burstiness", burstiness, low=0, low_inclusive=False)
+        check_range("--num-requests", num_requests, low=1)
+        check_range("--warmup", warmup, low=0)
+        check_range("--input-len", input_len, low=1)
+        check_range("--output-len", output_len, low=1)
+        check_range("--range-ratio", range_ratio, low=0, high=1, low_inclusive=False)
+        check_range("--shared-prefix-len", shared_prefix_len, low=0)
+        check_range("--workers", workers, low=1)
+        dataset_name, dataset_path = parse_dataset(dataset)
+        workload = WorkloadSpec(
+            dataset=dataset_name,
+            path=dataset_path,
             input_len=input_len,
             output_len=output_len,
             range_ratio=range_ratio,
             shared_prefix_len=shared_prefix_len,
             seed=seed,
             prompt=prompt,
-            tokenizer=tokenizer,
-            timeout=timeout,
-            stall_timeout=stall_timeout,
-            slo=slo,
-            workers=workers,
-            extra_body=extra_body,
-            out=out,
-            name=name,
-            runs_dir=runs_dir,
         )
-        config = replace(
-            config,
+        if tokenizer is not None:
+            from servelab.bench.tokens import check_tokenizer
+
+            check_tokenizer(tokenizer)
+        base_url = parse_url(url or "http://127.0.0.1")
+        config = BenchConfig(
+            url=base_url,
+            api=api,
+            model=model,
+            stream=stream,
+            headers=parse_headers(header or [], api_key),
+            mode=mode,
+            levels=levels,
+            num_requests=num_requests,
+            duration_s=parse_duration_s(duration, what="--duration") if duration else None,
+            warmup=warmup,
+            burstiness=burstiness,
+            workload=workload,
+            tokenizer=tokenizer,
+            timeout_s=parse_duration_s(timeout, what="--timeout"),
+            stall_timeout_s=parse_duration_s(stall_timeout, what="--stall-timeout"),
+            slo_ms=parse_slos(slo) if slo else None,
+            workers=workers,
+            extra_body=parse_extra_body(extra_body),
+            name=name,
+            out=out,
+            runs_root=runs_dir,
+            command=["servelab", *sys.argv[1:]],
             gpus=resolve_gpus(gpus) if gpus else [],
-            metrics_url=config.url if metrics else None,
+            metrics_url=base_url if metrics else None,
         )
         with SweepView(err) as view:
             if spec is None:
@@ -234,95 +230,12 @@ def print_failures(err: Console, summary: BenchSummary) -> None:
         )
 
 
-def _config(
-    *,
-    url: str,
-    api: Api,
-    model: str | None,
-    api_key: str | None,
-    header: list[str],
-    stream: bool,
-    concurrency: str | None,
-    request_rate: str | None,
-    burstiness: float,
-    num_requests: int | None,
-    duration: str | None,
-    warmup: int,
-    dataset: str,
-    input_len: int,
-    output_len: int | None,
-    range_ratio: float,
-    shared_prefix_len: int,
-    seed: int,
-    prompt: str,
-    tokenizer: str | None,
-    timeout: str,
-    stall_timeout: str,
-    slo: str | None,
-    workers: int | None,
-    extra_body: str | None,
-    out: Path | None,
-    name: str | None,
-    runs_dir: Path,
-) -> BenchConfig:
-    if concurrency and request_rate:
-        raise ConfigError("give --concurrency or --request-rate, not both")
-    if num_requests is not None and duration is not None:
-        raise ConfigError("give --num-requests or --duration, not both")
+def _load(concurrency: str | None, request_rate: str | None) -> tuple[LoadMode, list[float]]:
+    """Open loop at the given rates, else closed loop at the given concurrencies (1 alone)."""
     if request_rate:
-        mode, levels = (
-            LoadMode.REQUEST_RATE,
-            parse_number_list(request_rate, what="--request-rate", integer=False),
+        return LoadMode.REQUEST_RATE, parse_number_list(
+            request_rate, what="--request-rate", integer=False
         )
-    else:
-        mode, levels = (
-            LoadMode.CONCURRENCY,
-            parse_number_list(concurrency or "1", what="--concurrency", integer=True),
-        )
-    check_range("--burstiness", burstiness, low=0, low_inclusive=False)
-    check_range("--num-requests", num_requests, low=1)
-    check_range("--warmup", warmup, low=0)
-    check_range("--input-len", input_len, low=1)
-    check_range("--output-len", output_len, low=1)
-    check_range("--range-ratio", range_ratio, low=0, high=1, low_inclusive=False)
-    check_range("--shared-prefix-len", shared_prefix_len, low=0)
-    check_range("--workers", workers, low=1)
-    name_, path = parse_dataset(dataset)
-    workload = WorkloadSpec(
-        dataset=name_,
-        path=path,
-        input_len=input_len,
-        output_len=output_len,
-        range_ratio=range_ratio,
-        shared_prefix_len=shared_prefix_len,
-        seed=seed,
-        prompt=prompt,
-    )
-    if tokenizer is not None:
-        from servelab.bench.tokens import check_tokenizer
-
-        check_tokenizer(tokenizer)
-    return BenchConfig(
-        url=parse_url(url),
-        api=api,
-        model=model,
-        stream=stream,
-        headers=parse_headers(header, api_key),
-        mode=mode,
-        levels=levels,
-        num_requests=num_requests,
-        duration_s=parse_duration_s(duration, what="--duration") if duration else None,
-        warmup=warmup,
-        burstiness=burstiness,
-        workload=workload,
-        tokenizer=tokenizer,
-        timeout_s=parse_duration_s(timeout, what="--timeout"),
-        stall_timeout_s=parse_duration_s(stall_timeout, what="--stall-timeout"),
-        slo_ms=parse_slos(slo) if slo else None,
-        workers=workers,
-        extra_body=parse_extra_body(extra_body),
-        name=name,
-        out=out,
-        runs_root=runs_dir,
-        command=["servelab", *sys.argv[1:]],
+    return LoadMode.CONCURRENCY, parse_number_list(
+        concurrency or "1", what="--concurrency", integer=True
     )

@@ -1,4 +1,5 @@
-"""Parsing of option values shared by the commands; each bad value is a ConfigError."""
+"""Options shared by the commands, declared once, and the parsing of their values; each
+bad value is a ConfigError."""
 
 from __future__ import annotations
 
@@ -14,9 +15,14 @@ import typer
 from servelab.core.errors import ConfigError
 
 __all__ = [
+    "Duration",
+    "EngineSpecPath",
+    "Gpus",
     "JsonOutput",
+    "NumRequests",
     "OutDir",
     "RunsDir",
+    "ScrapeMetrics",
     "check_range",
     "parse_extra_body",
     "parse_headers",
@@ -31,6 +37,40 @@ RunsDir = Annotated[
 ]
 JsonOutput = Annotated[
     bool, typer.Option("--json", help="Print summary.json's document on stdout.")
+]
+EngineSpecPath = Annotated[
+    Path | None,
+    typer.Option(
+        "--engine",
+        help="Instead of --url: an engine spec (YAML; see `servelab engine check`) to"
+        " launch, sweep and stop: vLLM, SGLang, transformers, embedded, sim. Its log is read"
+        " against known signatures.",
+    ),
+]
+NumRequests = Annotated[
+    int | None,
+    typer.Option(help="Requests per level. Default: 4 per stream (min 16), or 30 s of arrivals."),
+]
+Duration = Annotated[
+    str | None,
+    typer.Option(
+        help="Run each level this long instead, e.g. 60s: no request starts after it,"
+        " in-flight ones finish."
+    ),
+]
+Gpus = Annotated[
+    str | None,
+    typer.Option(
+        help="The engine's GPUs to sample at 10 Hz while it runs (power, utilization,"
+        " clocks, energy, GPM), as NVML indices or UUIDs, e.g. 0,1."
+    ),
+]
+ScrapeMetrics = Annotated[
+    bool,
+    typer.Option(
+        help="Scrape the endpoint's Prometheus /metrics once a second (SGLang, vLLM, the"
+        " simulator): running and queued requests, KV usage. n/a where it has none."
+    ),
 ]
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -12,7 +11,18 @@ from rich.markup import escape
 
 from servelab.cli.bench import print_failures
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
-from servelab.cli.options import JsonOutput, OutDir, RunsDir, check_range, parse_url
+from servelab.cli.options import (
+    Duration,
+    EngineSpecPath,
+    Gpus,
+    JsonOutput,
+    NumRequests,
+    OutDir,
+    RunsDir,
+    ScrapeMetrics,
+    check_range,
+    parse_url,
+)
 from servelab.cli.progress import SweepView
 from servelab.core.errors import ConfigError
 from servelab.core.units import parse_duration_s, parse_number_list
@@ -36,14 +46,7 @@ def run(
         str | None,
         typer.Option(help="Sweep this endpoint instead of launching the embedded engine."),
     ] = None,
-    engine: Annotated[
-        Path | None,
-        typer.Option(
-            "--engine",
-            help="Launch this engine spec (YAML; see `servelab engine check`) instead of the"
-            " embedded engine: vLLM, SGLang, transformers, embedded, sim.",
-        ),
-    ] = None,
+    engine: EngineSpecPath = None,
     model: Annotated[str | None, typer.Option(help="With --url: the served model name.")] = None,
     preset: Annotated[
         str | None,
@@ -52,26 +55,10 @@ def run(
     concurrency: Annotated[str, typer.Option(help="Concurrency levels to sweep.")] = "1,4,16,64",
     input_len: Annotated[int, typer.Option(help="Prompt tokens.")] = DEFAULT_RUN_INPUT_LEN,
     output_len: Annotated[int, typer.Option(help="Output tokens.")] = DEFAULT_RUN_OUTPUT_LEN,
-    num_requests: Annotated[
-        int | None, typer.Option(help="Requests per level. Default: 4 per stream, at least 16.")
-    ] = None,
-    duration: Annotated[
-        str | None,
-        typer.Option(
-            help="Per level instead of a request count, e.g. 60s: no request starts after it,"
-            " in-flight ones finish."
-        ),
-    ] = None,
-    gpus: Annotated[
-        str | None,
-        typer.Option(
-            help="The engine's GPUs to sample while the sweep runs (power, utilization,"
-            " energy), as NVML indices or UUIDs, e.g. 0."
-        ),
-    ] = None,
-    metrics: Annotated[
-        bool, typer.Option(help="Scrape the engine's /metrics (n/a where it has none).")
-    ] = True,
+    num_requests: NumRequests = None,
+    duration: Duration = None,
+    gpus: Gpus = None,
+    metrics: ScrapeMetrics = True,
     out: OutDir = None,
     runs_dir: RunsDir = DEFAULT_RUNS_DIR,
     json_output: JsonOutput = False,
