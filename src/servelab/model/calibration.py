@@ -96,7 +96,7 @@ def calibration_from_probe(source: str | Path | Mapping[str, Any]) -> Calibratio
         fields[f"{dtype}_flops"] = _slowest(rows, "tflop_s", 1e12)
     fields.update(_p2p(comm.get("p2p") or []))
     fields.update(_allreduce(comm.get("allreduce")))
-    calibration = Calibration(**fields)
+    calibration = Calibration.model_validate(fields)
     measured = [k for k, v in fields.items() if k not in ("source", "gpu_slug", "gpu_name") and v]
     if not measured:
         raise ConfigError(f"{name} holds no usable measurement (see its 'skipped' and 'errors')")

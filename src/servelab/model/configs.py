@@ -156,7 +156,7 @@ def load_config(source: str | Path | Mapping[str, Any]) -> ModelConfig:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{family} config.json has a bad value: {exc}") from None
     try:
-        return ModelConfig(family=str(family), **fields)
+        return ModelConfig.model_validate({**fields, "family": str(family)})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "config"

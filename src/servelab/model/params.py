@@ -104,8 +104,12 @@ def count_params(config: ModelConfig) -> ParamCounts:
         "norms": config.layers * per.norms + config.hidden,
         "lm_head": lm_head,
     }
-    total = ComponentParams(experts=n_moe * config.experts * per.expert, **common)
-    active = ComponentParams(experts=n_moe * config.experts_per_token * per.expert, **common)
+    total = ComponentParams.model_validate(
+        {**common, "experts": n_moe * config.experts * per.expert}
+    )
+    active = ComponentParams.model_validate(
+        {**common, "experts": n_moe * config.experts_per_token * per.expert}
+    )
     return ParamCounts(
         total=total,
         active=active,
