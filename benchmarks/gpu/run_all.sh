@@ -16,6 +16,8 @@
 #   embedded  the h200-ref embedded engine (a 2.6B-parameter Qwen3-MoE-style model with
 #             random weights, generated on the spot) served by transformers serve on GPU 0,
 #             swept by `servelab run` with GPU telemetry
+#   diagnose  h200-ref under `servelab run` with transformers serve's defaults and with
+#             CUDA graphs on, each followed by `servelab diagnose` on its run directory
 # Logs and results, tarred, go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -86,6 +88,23 @@ if [[ " $PARTS " == *" embedded "* ]]; then
         --preset h200-ref --concurrency "${CONCURRENCY:-1,8,32,128,512}" \
         --duration "${LEVEL_DURATION:-40s}" --input-len 512 --output-len 64 --gpus 0 \
         --out "$LOGS/run-h200-ref"
+fi
+
+if [[ " $PARTS " == *" diagnose "* ]]; then
+    # diagnose on the reference deployment: transformers serve's defaults, then the same
+    # with CUDA graphs on (--cb-use-cuda-graph); each run diagnosed from its directory.
+    printf 'engine: embedded\nmodel: h200-ref\nknobs: {cuda_graphs: true}\n' > /tmp/h200-graphs.yaml
+    for variant in default graphs; do
+        engine=(--preset h200-ref)
+        [ "$variant" = graphs ] && engine=(--engine /tmp/h200-graphs.yaml)
+        timed "run-$variant" timeout -s INT "${RUN_LIMIT_S:-240}" python3 -m servelab run \
+            "${engine[@]}" --concurrency "${CONCURRENCY:-1,8,64}" \
+            --duration "${LEVEL_DURATION:-15s}" --input-len 512 --output-len 64 --gpus 0 \
+            --out "$LOGS/diagnose-$variant"
+        timed "diagnose-$variant" python3 -m servelab diagnose "$LOGS/diagnose-$variant"
+        COLUMNS=160 python3 -m servelab diagnose "$LOGS/diagnose-$variant" \
+            > "$LOGS/diagnose-$variant.txt" 2>&1
+    done
 fi
 
 nvidia-smi --query-gpu=memory.used --format=csv >> "$LOGS/env.txt" 2>&1
