@@ -12,6 +12,7 @@ from servelab.engines.signatures import KIND_INFO, LogScan
 from servelab.probe.report import ProbeReport
 from servelab.report.tables import sweep_header, sweep_rows
 from servelab.report.verdicts import verdict_markdown
+from servelab.store import ENGINE_EVENTS_FILE, ENGINE_LOG_FILE, PROBE_FILE
 
 __all__ = ["render_run_report"]
 
@@ -99,7 +100,7 @@ def _workload(workload: dict) -> str:
 def _verdict_lines(probe: ProbeReport) -> list[str]:
     """Each verdict as one bullet with its evidence; the full facts are in probe.json."""
     return [
-        f"From `probe.json` ({probe.virtualization.summary}):",
+        f"From `{PROBE_FILE}` ({probe.virtualization.summary}):",
         "",
         *verdict_markdown(probe.verdicts),
     ]
@@ -108,8 +109,9 @@ def _verdict_lines(probe: ProbeReport) -> list[str]:
 def _engine_log_lines(scan: LogScan) -> list[str]:
     """The known signatures its log matched, worst first, each with what to try."""
     if not scan.events:
-        return [f"No known signature in {scan.lines:,} lines of `engine.log`."]
-    lines = [f"From {scan.lines:,} lines of `engine.log` (`engine_events.json`):", ""]
+        return [f"No known signature in {scan.lines:,} lines of `{ENGINE_LOG_FILE}`."]
+    source = f"`{ENGINE_LOG_FILE}` (`{ENGINE_EVENTS_FILE}`)"
+    lines = [f"From {scan.lines:,} lines of {source}:", ""]
     for event in sorted(scan.events, key=lambda e: (e.severity.rank, e.line_no)):
         repeated = f" (x{event.count})" if event.count > 1 else ""
         lines.append(f"- **{event.severity.value}** `{event.kind.value}`{repeated}: {event.text}")
