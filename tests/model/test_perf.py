@@ -225,3 +225,10 @@ def test_h200_ref_single_stream_is_memory_bound():
     assert report.single_stream.bound == "memory"
     # k of 32 experts and the attention of 16 layers, bf16, at 4.8 TB/s, plus 100 us.
     assert 1000 < report.single_stream_tokens_per_s < 3000
+
+
+@pytest.mark.parametrize("key", ["tp", "pp", "dp", "ep"])
+def test_a_degree_too_large_for_any_machine_is_one_config_error(key):
+    # 10**400 overflows a float: it must be refused before any arithmetic, by name
+    with pytest.raises(ConfigError, match=f"{key} must be at most 1,048,576"):
+        deploy("llama-3.1-8b", gpu="h100", **{key: 10**400})

@@ -17,15 +17,23 @@ __all__ = ["LAYOUT_KEYS", "Layout", "check_layout", "parse_layout"]
 LAYOUT_KEYS = ("tp", "pp", "ep", "dp")
 
 
+MAX_DEGREE = 1 << 20
+"""No deployment has a million ranks in one dimension; past it the arithmetic overflows."""
+
+
 class Layout(BaseModel):
     """How the model is spread over the GPUs."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tp: int = Field(default=1, gt=0, description="Tensor-parallel ranks per pipeline stage.")
-    pp: int = Field(default=1, gt=0, description="Pipeline stages.")
-    ep: int = Field(default=1, gt=0, description="Expert-parallel ranks (within tp x dp).")
-    dp: int = Field(default=1, gt=0, description="Data-parallel replicas.")
+    tp: int = Field(
+        default=1, gt=0, le=MAX_DEGREE, description="Tensor-parallel ranks per pipeline stage."
+    )
+    pp: int = Field(default=1, gt=0, le=MAX_DEGREE, description="Pipeline stages.")
+    ep: int = Field(
+        default=1, gt=0, le=MAX_DEGREE, description="Expert-parallel ranks (within tp x dp)."
+    )
+    dp: int = Field(default=1, gt=0, le=MAX_DEGREE, description="Data-parallel replicas.")
 
     @property
     def gpus(self) -> int:

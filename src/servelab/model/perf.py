@@ -36,7 +36,7 @@ from servelab.model.formats import (
     weight_plan,
 )
 from servelab.model.gpus import GPUS, GpuSpec, gpu_by_slug
-from servelab.model.layout import Layout, check_layout
+from servelab.model.layout import MAX_DEGREE, Layout, check_layout
 from servelab.model.params import count_params
 from servelab.model.presets import resolve_model
 from servelab.model.results import (
@@ -105,6 +105,8 @@ def deploy(
     for key, value in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp), ("GPU count", gpus)):
         if value < 1:
             raise ConfigError(f"{key} must be at least 1, got {value}")
+        if value > MAX_DEGREE:
+            raise ConfigError(f"{key} must be at most {MAX_DEGREE:,}")
     layout = Layout(tp=tp, pp=pp, ep=ep, dp=dp)
     check_layout(layout, config, gpus)
     fmt = weights or (preset.weights if preset else None) or config.checkpoint_format or "bf16"
