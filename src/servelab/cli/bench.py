@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -36,9 +37,11 @@ from servelab.cli.options import (
     parse_url,
 )
 from servelab.cli.progress import SweepView
-from servelab.core.errors import ConfigError
+from servelab.core.errors import ConfigError, ServelabError
 from servelab.core.units import parse_duration_s, parse_number_list, parse_slos
+from servelab.diagnose import DiagnoseOptions, diagnose_run
 from servelab.engines.spec import load_spec
+from servelab.report.diagnosis import render_diagnosis, top_finding_lines
 from servelab.report.tables import render_sweep
 from servelab.store.rundir import DEFAULT_RUNS_DIR
 from servelab.telemetry import resolve_gpus
@@ -210,9 +213,24 @@ def bench(
             out_console.print(render_sweep(summary.levels))
         print_failures(err, summary)
         err.print(f"results: {escape(str(outcome.run_dir))}", highlight=False)
+        if spec is not None:
+            _diagnose(outcome.run_dir, err, show=not json_output)
         completed = sum(s.completed for s in summary.levels)
         failed = sum(s.failed for s in summary.levels)
         raise typer.Exit(int(exit_for_levels(completed, failed)))
+
+
+def _diagnose(run_dir: Path, err: Console, *, show: bool) -> None:
+    """A launched engine's sweep is diagnosed at once: diagnosis.json, and its top finding."""
+    try:
+        diagnosis = diagnose_run(run_dir, DiagnoseOptions(), write=True)
+    except ServelabError as exc:
+        err.print(escape(f"not diagnosed: {exc}"), highlight=False, soft_wrap=True)
+        return
+    if show:
+        err.print(render_diagnosis(diagnosis))
+    for line in top_finding_lines(diagnosis):
+        err.print(escape(line), highlight=False, soft_wrap=True)
 
 
 def print_failures(err: Console, summary: BenchSummary) -> None:

@@ -34,6 +34,7 @@ from servelab.pipeline.run import (
     RunConfig,
     run_pipeline,
 )
+from servelab.report.diagnosis import top_finding_lines
 from servelab.report.tables import render_sweep
 from servelab.store.rundir import DEFAULT_RUNS_DIR
 from servelab.telemetry import resolve_gpus
@@ -117,6 +118,9 @@ def run(
             )
         print_failures(err, result.summary)
         err.print(f"report: {escape(str(result.report_path))}", highlight=False)
+        if result.diagnosis is not None:
+            for line in top_finding_lines(result.diagnosis):
+                err.print(escape(line), highlight=False, soft_wrap=True)
         levels = result.summary.levels
         code = exit_for_levels(sum(s.completed for s in levels), sum(s.failed for s in levels))
         raise typer.Exit(int(code))

@@ -17,9 +17,9 @@ from servelab.bench.results import BenchSummary
 from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.trial import engine_info, for_engine, note_death, save_engine_events
 from servelab.bench.workload import WorkloadSpec
-from servelab.core.errors import ConfigError, EngineDied, Interrupted
+from servelab.core.errors import ConfigError, EngineDied, Interrupted, ServelabError
 from servelab.core.net import ensure_listening
-from servelab.diagnose import Knee, find_knee
+from servelab.diagnose import DiagnoseOptions, Diagnosis, Knee, diagnose_run, find_knee
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import RunningEngine
 from servelab.engines.signatures import EngineExit
@@ -75,6 +75,8 @@ class RunResult:
     knee: Knee
     run_dir: Path
     report_path: Path
+    diagnosis: Diagnosis | None
+    """None when the run could not be diagnosed (its reason is in the summary's notes)."""
 
 
 def run_pipeline(
@@ -121,8 +123,8 @@ def run_pipeline(
             _write_report(run_dir, run_dir.load_summary(BenchSummary), watched, probe, died)
             raise
         _stop(watched, on_event)
-        knee, report = _write_report(run_dir, outcome.summary, watched, probe)
-        return RunResult(outcome.summary, knee, run_dir.path, report)
+        knee, report, diagnosis = _write_report(run_dir, outcome.summary, watched, probe)
+        return RunResult(outcome.summary, knee, run_dir.path, report, diagnosis)
     finally:
         _stop(watched, on_event)
         run_dir.close()
@@ -177,11 +179,12 @@ def _write_report(
     watched: WatchedEngine | None,
     probe: ProbeReport,
     died: EngineExit | None = None,
-) -> tuple[Knee, Path]:
+) -> tuple[Knee, Path, Diagnosis | None]:
     knee = find_knee(summary.levels if summary else [])
     scan = save_engine_events(run_dir, watched, died) if watched else None
     if summary is None:
-        return knee, run_dir.path / REPORT_MD_FILE
+        return knee, run_dir.path / REPORT_MD_FILE, None
+    diagnosis = _diagnose(run_dir)
     engine = watched.engine if watched else None
     gpu_memory = None if engine is None else (engine.gpu_memory_released, engine.gpu_memory_detail)
     text = render_run_report(
@@ -191,5 +194,14 @@ def _write_report(
         probe=probe,
         engine_log=scan,
         gpu_memory=gpu_memory,
+        diagnosis=diagnosis,
     )
-    return knee, run_dir.write_report_md(text)
+    return knee, run_dir.write_report_md(text), diagnosis
+
+
+def _diagnose(run_dir: RunDir) -> Diagnosis | None:
+    """diagnosis.json for the run; a run that cannot be diagnosed still gets its report."""
+    try:
+        return diagnose_run(run_dir.path, DiagnoseOptions(), write=True)
+    except ServelabError:
+        return None

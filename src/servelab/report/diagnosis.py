@@ -14,7 +14,7 @@ from rich.text import Text
 from servelab.diagnose.document import Diagnosis, GapLayers
 from servelab.diagnose.findings import Evidence, Finding, Severity
 
-__all__ = ["render_diagnosis", "render_diagnosis_markdown"]
+__all__ = ["render_diagnosis", "render_diagnosis_markdown", "top_finding_lines"]
 
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "green"}
 _EVIDENCE_SHOWN = 4
@@ -182,3 +182,14 @@ def _ms(value: float | None) -> str:
 
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
+
+
+def top_finding_lines(diagnosis: Diagnosis) -> list[str]:
+    """The last words of a run: its most important finding and what to try first."""
+    if not diagnosis.findings:
+        return ["top finding: none (nothing in the evidence stands out)"]
+    top = diagnosis.findings[0]
+    lines = [f"top finding: {top.kind} ({top.severity}): {top.title}"]
+    if top.actions:
+        lines.append(f"try first: {top.actions[0].text}")
+    return lines

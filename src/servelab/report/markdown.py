@@ -7,9 +7,11 @@ from collections.abc import Sequence
 
 from servelab.bench.results import BenchSummary
 from servelab.core.severity import Severity
+from servelab.diagnose import Diagnosis
 from servelab.diagnose.knee import Knee
 from servelab.engines.signatures import KIND_INFO, LogScan
 from servelab.probe.report import ProbeReport
+from servelab.report.diagnosis import render_diagnosis_markdown
 from servelab.report.tables import sweep_header, sweep_rows
 from servelab.report.verdicts import verdict_markdown
 from servelab.store import ENGINE_EVENTS_FILE, ENGINE_LOG_FILE, PROBE_FILE
@@ -25,6 +27,7 @@ def render_run_report(
     probe: ProbeReport | None = None,
     engine_log: LogScan | None = None,
     gpu_memory: tuple[bool | None, str] | None = None,
+    diagnosis: Diagnosis | None = None,
     title: str = "servelab run",
 ) -> str:
     """The Markdown report of a sweep: table, knee, machine verdicts, engine command, machine."""
@@ -58,6 +61,8 @@ def render_run_report(
         lines += ["", "## Notes", ""] + [f"- {n}" for n in dict.fromkeys(notes)]
     if probe is not None:
         lines += ["", "## Machine verdicts", "", *_verdict_lines(probe)]
+    if diagnosis is not None:
+        lines += ["", "## Findings", "", render_diagnosis_markdown(diagnosis).rstrip()]
     if engine_log is not None:
         lines += ["", "## Engine log", "", *_engine_log_lines(engine_log)]
     if gpu_memory is not None and gpu_memory[0] is not None:
