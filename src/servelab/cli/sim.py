@@ -15,6 +15,8 @@ from servelab.core.errors import ConfigError
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
+    from servelab.sim import MetricsStyle
+
 __all__ = ["sim"]
 
 LINEAR = "linear"
@@ -168,7 +170,7 @@ def sim(
             ("--stall-rate", stall_rate),
         ):
             check_range(name, value, low=0, high=1)
-        for name, value in (
+        for name, amount in (
             ("--ttft-ms", ttft_ms),
             ("--itl-ms", itl_ms),
             ("--step-base-ms", step_base_ms),
@@ -178,15 +180,15 @@ def sim(
             ("--step-overhead-ms", step_overhead_ms),
             ("--reasoning-tokens", reasoning_tokens),
         ):
-            check_range(name, value, low=0)
-        for name, value in (
+            check_range(name, amount, low=0)
+        for name, count in (
             ("--tokens-per-chunk", tokens_per_chunk),
             ("--max-running-requests", max_running_requests),
             ("--kv-capacity-tokens", kv_capacity_tokens),
             ("--chunked-prefill-size", chunked_prefill_size),
             ("--workers", workers),
         ):
-            check_range(name, value, low=1)
+            check_range(name, count, low=1)
         linear = {
             "step_base_ms": step_base_ms,
             "step_per_seq_ms": step_per_seq_ms,
@@ -215,39 +217,41 @@ def sim(
         from servelab.sim import SimConfig, serve
         from servelab.sim.stepcost import step_cost_for
 
+        style = _metrics_style(metrics_style)
+        # Only the flags given: an absent one keeps SimConfig's (or its profile's) default.
         given = {key: value for key, value in (linear | engine).items() if value is not None}
+        settings: dict[str, object] = {
+            "host": host,
+            "port": port,
+            "model": served_name or model or "servelab-sim",
+            "perf_model": model,
+            "gpu": gpu,
+            "gpus": gpus,
+            "tp": tp,
+            "pp": pp,
+            "ep": ep,
+            "dp": dp,
+            "weights": weights,
+            "kv_dtype": kv_dtype,
+            "calibrate": calibrate,
+            "max_running_requests": max_running_requests,
+            "profile": profile,
+            "metrics_style": style,
+            "tokens_per_chunk": tokens_per_chunk,
+            "reasoning_tokens": reasoning_tokens,
+            "send_usage": usage,
+            "role_chunk": role_chunk,
+            "reject_fields": reject_field or [],
+            "fail_rate": fail_rate,
+            "drop_rate": drop_rate,
+            "malformed_rate": malformed_rate,
+            "stall_rate": stall_rate,
+            "seed": seed,
+            "record_path": record,
+            "workers": workers,
+        }
         try:
-            config = SimConfig(
-                host=host,
-                port=port,
-                model=served_name or model or "servelab-sim",
-                perf_model=model,
-                gpu=gpu,
-                gpus=gpus,
-                tp=tp,
-                pp=pp,
-                ep=ep,
-                dp=dp,
-                weights=weights,
-                kv_dtype=kv_dtype,
-                calibrate=calibrate,
-                max_running_requests=max_running_requests,
-                profile=profile,
-                metrics_style=metrics_style,
-                tokens_per_chunk=tokens_per_chunk,
-                reasoning_tokens=reasoning_tokens,
-                send_usage=usage,
-                role_chunk=role_chunk,
-                reject_fields=reject_field or [],
-                fail_rate=fail_rate,
-                drop_rate=drop_rate,
-                malformed_rate=malformed_rate,
-                stall_rate=stall_rate,
-                seed=seed,
-                record_path=record,
-                workers=workers,
-                **given,
-            )
+            config = SimConfig.model_validate(settings | given)
         except ValidationError as exc:
             raise ConfigError(_first_error(exc)) from None
         step_cost_for(config)  # a deployment that cannot be built fails here, in one line
@@ -286,6 +290,18 @@ def _check_mode(profile: str | None, engine: dict[str, float | None], workers: i
             raise ConfigError(
                 f"{_flag(key)} needs continuous batching: give --profile or a --step-* flag"
             )
+
+
+def _metrics_style(text: str) -> MetricsStyle:
+    """--metrics-style as a MetricsStyle, or one line naming the styles, as pydantic words it."""
+    from servelab.sim import MetricsStyle
+
+    try:
+        return MetricsStyle(text)
+    except ValueError:
+        names = [f"'{style.value}'" for style in MetricsStyle]
+        known = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+        raise ConfigError(f"--metrics-style: Input should be {known}") from None
 
 
 def _flag(field: str) -> str:

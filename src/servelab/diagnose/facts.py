@@ -142,8 +142,9 @@ def level_facts(
     model: ModelView | None,
 ) -> LevelFacts:
     """One level's facts; `raw` holds what only metrics.jsonl has (capacity, preemptions)."""
-    closed = summary.max_concurrency is not None
-    load = float(summary.max_concurrency) if closed else summary.concurrency
+    max_concurrency = summary.max_concurrency
+    closed = max_concurrency is not None
+    load = float(max_concurrency) if max_concurrency is not None else summary.concurrency
     done = summary.completed
     input_tokens = summary.total_input_tokens / done if done else _number(workload, "input_len")
     output_tokens = summary.total_output_tokens / done if done else _number(workload, "output_len")

@@ -9,6 +9,7 @@ and per-request parts (`servelab.diagnose.gap`).
 
 from __future__ import annotations
 
+from servelab.core.units import MS_PER_S
 from servelab.diagnose.document import GapLayers, GapShare, Layer
 from servelab.diagnose.facts import LevelFacts, RunFacts
 from servelab.diagnose.gap import split_excess
@@ -37,7 +38,7 @@ def gap_layers(facts: RunFacts) -> list[GapLayers]:
 
 
 def _per_token(ms: float | None) -> float | None:
-    return 1000.0 / ms if ms else None
+    return MS_PER_S / ms if ms else None
 
 
 def _layers(facts: RunFacts, point: str, lv: LevelFacts) -> GapLayers:
@@ -53,13 +54,6 @@ def _layers(facts: RunFacts, point: str, lv: LevelFacts) -> GapLayers:
     kernel = Layer(
         name="kernel floor", available=False, source="replayed kernels", note=KERNEL_FLOOR_NOTE
     )
-    common = {
-        "point": point,
-        "level": lv.level,
-        "concurrency": lv.load,
-        "batch": round(lv.batch, 2),
-        "batch_source": lv.batch_source,
-    }
     if lv.model is None or facts.model is None:
         roofline = Layer(
             name="roofline",
@@ -67,13 +61,20 @@ def _layers(facts: RunFacts, point: str, lv: LevelFacts) -> GapLayers:
             source="model",
             note=facts.missing.get("model", "no model"),
         )
-        return GapLayers(**common, layers=[roofline, kernel, engine])
+        return GapLayers(
+            point=point,
+            level=lv.level,
+            concurrency=lv.load,
+            batch=round(lv.batch, 2),
+            batch_source=lv.batch_source,
+            layers=[roofline, kernel, engine],
+        )
     scale = facts.model.time_scale
     step = lv.model.step
     parts = (
-        f"{step.bound}-bound; per step: GPU busy {step.gpu_busy_s * 1e3 / scale:.3g} ms, "
-        f"communication {step.communication_s * 1e3 / scale:.3g} ms, overhead "
-        f"{step.overhead_s * 1e3 / scale:.3g} ms, plus others' prefills"
+        f"{step.bound}-bound; per step: GPU busy {step.gpu_busy_s * MS_PER_S / scale:.3g} ms, "
+        f"communication {step.communication_s * MS_PER_S / scale:.3g} ms, overhead "
+        f"{step.overhead_s * MS_PER_S / scale:.3g} ms, plus others' prefills"
     )
     datasheet = lv.model.datasheet_tpot_ms or lv.model.tpot_ms
     layers = [
@@ -99,7 +100,16 @@ def _layers(facts: RunFacts, point: str, lv: LevelFacts) -> GapLayers:
         )
     layers += [kernel, engine]
     gap = measured - datasheet if measured is not None else None
-    return GapLayers(**common, layers=layers, gap_ms_per_token=gap, shares=_shares(facts, lv, gap))
+    return GapLayers(
+        point=point,
+        level=lv.level,
+        concurrency=lv.load,
+        batch=round(lv.batch, 2),
+        batch_source=lv.batch_source,
+        layers=layers,
+        gap_ms_per_token=gap,
+        shares=_shares(facts, lv, gap),
+    )
 
 
 def _shares(facts: RunFacts, lv: LevelFacts, gap: float | None) -> list[GapShare]:

@@ -50,13 +50,13 @@ def rule(facts: RunFacts) -> list[Finding]:
         and lv.model is not None
         and lv.model.step.bound in _GPU_BOUNDS
     ]
-    busy = [lv for lv in facts.measured if _dram(lv) is not None and _dram(lv) >= DRAM_BUSY_PCT]
+    busy = [lv for lv in facts.measured if _dram_at_least(lv, DRAM_BUSY_PCT)]
     if not near and not (busy and facts.model is None):
         return []
     tally = Tally()
     tally.add("model", _WEIGHTS["model"], [e for lv in near for e in _near_evidence(lv)])
     tally.add("telemetry", _WEIGHTS["telemetry"], [_dram_evidence(lv) for lv in busy])
-    idle = [lv for lv in near if _dram(lv) is not None and _dram(lv) < DRAM_IDLE_PCT]
+    idle = [lv for lv in near if _dram_below(lv, DRAM_IDLE_PCT)]
     for lv in idle:
         against = _dram_evidence(lv)
         against.supports = False
@@ -100,6 +100,18 @@ def _span(levels: list[LevelFacts]) -> str:
 
 def _dram(lv: LevelFacts) -> float | None:
     return lv.gpu.gpm_dram_bw_util_mean_pct if lv.gpu is not None else None
+
+
+def _dram_at_least(lv: LevelFacts, pct: float) -> bool:
+    """DRAM utilization measured and at least `pct`; False when not measured."""
+    dram = _dram(lv)
+    return dram is not None and dram >= pct
+
+
+def _dram_below(lv: LevelFacts, pct: float) -> bool:
+    """DRAM utilization measured and below `pct`; False when not measured."""
+    dram = _dram(lv)
+    return dram is not None and dram < pct
 
 
 def _dram_evidence(lv: LevelFacts) -> Evidence:

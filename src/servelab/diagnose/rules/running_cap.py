@@ -154,9 +154,10 @@ def _growth(facts: RunFacts, limit: float) -> Evidence | None:
 
 def _kv_room(facts: RunFacts, limit: float) -> Evidence | None:
     """How many requests of this size the KV cache holds: more than the cap, or not."""
-    lv = (facts.after_knee() or facts.closed or [None])[-1]
-    if lv is None:
+    levels = facts.after_knee() or facts.closed
+    if not levels:
         return None
+    lv = levels[-1]
     capacity, source = _capacity(facts, lv)
     if capacity is None:
         return None

@@ -107,4 +107,7 @@ def write_tokenizer(folder: Path) -> list[int]:
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.response_template = RESPONSE_TEMPLATE
     tokenizer.save_pretrained(folder)
-    return tokenizer.convert_tokens_to_ids(list(SPECIAL_TOKENS))
+    ids = tokenizer.convert_tokens_to_ids(list(SPECIAL_TOKENS))
+    if not isinstance(ids, list):  # a list of tokens always gives a list of ids
+        raise TypeError(f"expected a list of token ids, got {ids!r}")
+    return ids

@@ -9,7 +9,7 @@ only on the preset and the library versions, not on the machine's GPU.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from servelab.engines.embedded.presets import VOCAB_SIZE, EmbeddedPreset
 
@@ -26,6 +26,8 @@ def write_weights(preset: EmbeddedPreset, folder: Path, *, special_token_ids: li
     from safetensors.torch import save_file
     from transformers import GenerationConfig, Qwen3MoeConfig
 
+    # head_dim is a real Qwen3MoeConfig argument that transformers' type hints leave out.
+    untyped: dict[str, Any] = {"head_dim": preset.head_dim}
     Qwen3MoeConfig(
         architectures=["Qwen3MoeForCausalLM"],
         dtype=preset.dtype,
@@ -35,7 +37,7 @@ def write_weights(preset: EmbeddedPreset, folder: Path, *, special_token_ids: li
         num_hidden_layers=preset.num_hidden_layers,
         num_attention_heads=preset.num_attention_heads,
         num_key_value_heads=preset.num_key_value_heads,
-        head_dim=preset.head_dim,
+        **untyped,
         moe_intermediate_size=preset.moe_intermediate_size,
         num_experts=preset.num_experts,
         num_experts_per_tok=preset.num_experts_per_tok,
