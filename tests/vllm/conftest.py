@@ -35,13 +35,13 @@ from typing import Any
 import pytest
 
 from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
+from servelab.bench.trial import for_engine
 from servelab.bench.workload import WorkloadSpec
 from servelab.core.processes import group_alive
 from servelab.engines.base import EngineSpec, Knobs
 from servelab.engines.embedded import ensure_model
 from servelab.engines.launcher import RunningEngine
 from servelab.engines.watched import WatchedEngine, launch_watched
-from servelab.pipeline.engine_bench import engine_fields
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_VENV = Path(os.environ.get("SERVELAB_VLLM_VENV", REPO / ".venv-vllm"))
@@ -255,14 +255,18 @@ def vllm_capped_sweep(
 ) -> BenchOutcome:
     """A closed-loop sweep of the capped engine at 2, 8 and 64 concurrent requests, its
     /metrics and log stats read: the run directory diagnose and report tests start from."""
-    config = BenchConfig(
-        **engine_fields(vllm_capped.engine, metrics=True),
-        levels=[float(c) for c in CAPPED_LEVELS],
-        duration_s=SWEEP_SECONDS,
-        warmup=1,
-        stream=False,
-        workload=SWEEP_WORKLOAD,
-        out=tmp_path_factory.mktemp("vllm-capped-sweep") / "run",
-        name="vllm-capped",
+    config = for_engine(
+        BenchConfig(
+            url=vllm_capped.engine.url,
+            levels=[float(c) for c in CAPPED_LEVELS],
+            duration_s=SWEEP_SECONDS,
+            warmup=1,
+            stream=False,
+            workload=SWEEP_WORKLOAD,
+            out=tmp_path_factory.mktemp("vllm-capped-sweep") / "run",
+            name="vllm-capped",
+        ),
+        vllm_capped.engine,
+        metrics=True,
     )
     return run_bench(config, log_stats=vllm_capped.watched.log_stats)

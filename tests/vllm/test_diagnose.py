@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from servelab.bench.session import BenchConfig, run_bench
+from servelab.bench.trial import for_engine
 from servelab.bench.workload import WorkloadSpec
 from servelab.diagnose import DiagnoseOptions, diagnose_run
-from servelab.pipeline.engine_bench import engine_fields
 from tests.vllm.conftest import VllmEngine
 
 
@@ -25,14 +25,18 @@ def test_the_capped_sweep_is_diagnosed_as_the_running_request_cap(vllm_capped_sw
 def test_the_kv_limited_engine_is_diagnosed_as_kv_capacity(
     vllm_kv_limited: VllmEngine, tmp_path: Path
 ):
-    config = BenchConfig(
-        **engine_fields(vllm_kv_limited.engine, metrics=True),
-        levels=[2.0, 32.0],
-        duration_s=8.0,
-        warmup=1,
-        stream=False,
-        workload=WorkloadSpec(input_len=64, output_len=256, range_ratio=0.5),
-        out=tmp_path / "run",
+    config = for_engine(
+        BenchConfig(
+            url=vllm_kv_limited.engine.url,
+            levels=[2.0, 32.0],
+            duration_s=8.0,
+            warmup=1,
+            stream=False,
+            workload=WorkloadSpec(input_len=64, output_len=256, range_ratio=0.5),
+            out=tmp_path / "run",
+        ),
+        vllm_kv_limited.engine,
+        metrics=True,
     )
     outcome = run_bench(config, log_stats=vllm_kv_limited.watched.log_stats)
     diagnosis = diagnose_run(outcome.run_dir, DiagnoseOptions(engine="vllm"))

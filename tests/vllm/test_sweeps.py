@@ -9,9 +9,9 @@ from statistics import median
 
 from servelab.bench.results import LevelSummary
 from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
+from servelab.bench.trial import for_engine
 from servelab.bench.workload import WorkloadSpec
 from servelab.diagnose import find_knee
-from servelab.pipeline.engine_bench import engine_fields
 from servelab.telemetry.summary import EngineLevel
 from tests.vllm.conftest import CAP, CAPPED_LEVELS, KV_BLOCKS, SWEEP_WORKLOAD, VllmEngine
 
@@ -73,14 +73,18 @@ def test_the_capped_sweep_fills_the_cap_queues_above_it_and_knees_at_it(
 
 def test_the_log_stats_alone_show_the_cap(vllm_capped: VllmEngine, tmp_path: Path):
     """No /metrics scraped: vLLM's `Engine 000: ...` line (every second) gives the gauges."""
-    config = BenchConfig(
-        **engine_fields(vllm_capped.engine, metrics=False),
-        levels=[float(CAPPED_LEVELS[-1])],
-        duration_s=6.0,
-        warmup=0,
-        stream=False,
-        workload=SWEEP_WORKLOAD,
-        out=tmp_path / "run",
+    config = for_engine(
+        BenchConfig(
+            url=vllm_capped.engine.url,
+            levels=[float(CAPPED_LEVELS[-1])],
+            duration_s=6.0,
+            warmup=0,
+            stream=False,
+            workload=SWEEP_WORKLOAD,
+            out=tmp_path / "run",
+        ),
+        vllm_capped.engine,
+        metrics=False,
     )
     (level,) = run_bench(config, log_stats=vllm_capped.watched.log_stats).summary.levels
     engine = _engine(level)
@@ -97,14 +101,18 @@ def test_the_kv_limited_engine_fills_its_cache_and_queues_the_rest(
 ):
     """12 blocks of 128 tokens (one is vLLM's own): a prompt takes one, and each request
     grows to three, so 32 concurrent requests cannot all run although the cap is 64."""
-    config = BenchConfig(
-        **engine_fields(vllm_kv_limited.engine, metrics=True),
-        levels=[2.0, 32.0],
-        duration_s=8.0,
-        warmup=1,
-        stream=False,
-        workload=WorkloadSpec(input_len=64, output_len=256, range_ratio=0.5),
-        out=tmp_path / "run",
+    config = for_engine(
+        BenchConfig(
+            url=vllm_kv_limited.engine.url,
+            levels=[2.0, 32.0],
+            duration_s=8.0,
+            warmup=1,
+            stream=False,
+            workload=WorkloadSpec(input_len=64, output_len=256, range_ratio=0.5),
+            out=tmp_path / "run",
+        ),
+        vllm_kv_limited.engine,
+        metrics=True,
     )
     outcome = run_bench(config, log_stats=vllm_kv_limited.watched.log_stats)
     light, full = (_engine(level) for level in outcome.summary.levels)
