@@ -21,12 +21,15 @@ VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
 demo: venv-local
 	$(BIN)/servelab run
 
-test: venv-dev vllm
+test: lint vllm
 	$(BIN)/python -m pytest
 
+# Style, types, and the layer order of DESIGN.md (import-linter's contract in pyproject).
 lint: venv-dev
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/ruff format --check src tests benchmarks tools
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 venv-local: $(VENV)/.local-installed
 venv-dev: $(VENV)/.dev-installed
