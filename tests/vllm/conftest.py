@@ -270,3 +270,27 @@ def vllm_capped_sweep(
         metrics=True,
     )
     return run_bench(config, log_stats=vllm_capped.watched.log_stats)
+
+
+@pytest.fixture(scope="session")
+def vllm_kv_limited_sweep(
+    vllm_kv_limited: VllmEngine, tmp_path_factory: pytest.TempPathFactory
+) -> BenchOutcome:
+    """The KV-limited engine at 2 and 32 concurrent requests: 12 blocks of 128 tokens (one
+    is vLLM's own), a prompt takes one and each request grows to three, so 32 cannot all
+    run although the cap is 64. The run directory the KV tests start from."""
+    config = for_engine(
+        BenchConfig(
+            url=vllm_kv_limited.engine.url,
+            levels=[2.0, 32.0],
+            duration_s=8.0,
+            warmup=1,
+            stream=False,
+            workload=WorkloadSpec(input_len=64, output_len=256, range_ratio=0.5),
+            out=tmp_path_factory.mktemp("vllm-kv-limited-sweep") / "run",
+            name="vllm-kv-limited",
+        ),
+        vllm_kv_limited.engine,
+        metrics=True,
+    )
+    return run_bench(config, log_stats=vllm_kv_limited.watched.log_stats)

@@ -10,7 +10,6 @@ from statistics import median
 from servelab.bench.results import LevelSummary
 from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
 from servelab.bench.trial import for_engine
-from servelab.bench.workload import WorkloadSpec
 from servelab.diagnose import find_knee
 from servelab.telemetry.summary import EngineLevel
 from tests.vllm.conftest import CAP, CAPPED_LEVELS, KV_BLOCKS, SWEEP_WORKLOAD, VllmEngine
@@ -97,24 +96,9 @@ def test_the_log_stats_alone_show_the_cap(vllm_capped: VllmEngine, tmp_path: Pat
 
 
 def test_the_kv_limited_engine_fills_its_cache_and_queues_the_rest(
-    vllm_kv_limited: VllmEngine, tmp_path: Path
+    vllm_kv_limited_sweep: BenchOutcome,
 ):
-    """12 blocks of 128 tokens (one is vLLM's own): a prompt takes one, and each request
-    grows to three, so 32 concurrent requests cannot all run although the cap is 64."""
-    config = for_engine(
-        BenchConfig(
-            url=vllm_kv_limited.engine.url,
-            levels=[2.0, 32.0],
-            duration_s=8.0,
-            warmup=1,
-            stream=False,
-            workload=WorkloadSpec(input_len=64, output_len=256, range_ratio=0.5),
-            out=tmp_path / "run",
-        ),
-        vllm_kv_limited.engine,
-        metrics=True,
-    )
-    outcome = run_bench(config, log_stats=vllm_kv_limited.watched.log_stats)
+    outcome = vllm_kv_limited_sweep
     light, full = (_engine(level) for level in outcome.summary.levels)
     assert light.queued_max == 0 and light.kv_usage_max is not None
     assert full.kv_usage_max is not None and full.kv_usage_max > 0.85
