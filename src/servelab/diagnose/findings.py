@@ -13,6 +13,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servelab.core.severity import Severity
+
 __all__ = [
     "Action",
     "Evidence",
@@ -40,19 +42,6 @@ class FindingKind(StrEnum):
     ACCURACY_WARNING = "accuracy_warning"
     SLO_VIOLATION = "slo_violation"
     NOT_SATURATED = "not_saturated"
-
-
-class Severity(StrEnum):
-    """critical: it limits the run by a large factor, or the run cannot be trusted;
-    warning: it costs speed or quality; info: a fact worth knowing (the healthy verdict)."""
-
-    CRITICAL = "critical"
-    WARNING = "warning"
-    INFO = "info"
-
-    @property
-    def rank(self) -> int:
-        return list(Severity).index(self)
 
 
 class Evidence(BaseModel):

@@ -17,7 +17,7 @@ from servelab.diagnose.inputs import load_run
 from servelab.diagnose.layers import gap_layers
 from servelab.diagnose.options import DiagnoseOptions
 from servelab.diagnose.rules import RULES
-from servelab.store import DIAGNOSIS_FILE, RunDir
+from servelab.store import DIAGNOSIS_FILE, SUMMARY_FILE, RunDir
 
 __all__ = ["CLIENT_BOUND_DISCOUNT", "DIAGNOSIS_FILE", "diagnose_run", "rank"]
 
@@ -103,7 +103,7 @@ def _discount(findings: list[Finding]) -> list[Finding]:
 
 
 def _sources(facts: RunFacts, events: str, probe: str) -> dict[str, SourceStatus]:
-    status = {"summary": SourceStatus(available=True, detail="summary.json")}
+    status = {"summary": SourceStatus(available=True, detail=SUMMARY_FILE)}
     present = {
         "gpu": "summary.json levels' telemetry.gpu",
         "metrics": "summary.json levels' telemetry.engine, metrics.jsonl",

@@ -17,6 +17,7 @@ import orjson
 from aiohttp import web
 
 from servelab.core.clock import NS_PER_S, now_ns
+from servelab.core.units import MS_PER_S
 from servelab.sim.admission import Admission, FixedAdmission
 from servelab.sim.batching import Batcher
 from servelab.sim.config import MAX_MODEL_LEN, SimConfig
@@ -102,7 +103,7 @@ class SimApp:
             chunked_prefill_size=config.chunked_prefill_size,
             max_running=config.max_running_requests,
             kv_capacity_tokens=config.kv_capacity_tokens or step_cost.kv_capacity_tokens,
-            step_overhead_s=config.step_overhead_ms / 1_000 / config.time_scale,
+            step_overhead_s=config.step_overhead_ms / MS_PER_S / config.time_scale,
         )
         return StepLoop(batcher=batcher, scheduler=self._scheduler, counters=self._counters)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from servelab.core.units import US_PER_MS
 from servelab.model.deployment import DEFAULT_STEP_OVERHEAD_US
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ scheduler). With it the model's single stream is 7.7 + 84 ms per token, about 11
 what was measured."""
 
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
-    MODEL_PROFILE: {"step_overhead_ms": DEFAULT_STEP_OVERHEAD_US / 1_000},
+    MODEL_PROFILE: {"step_overhead_ms": DEFAULT_STEP_OVERHEAD_US / US_PER_MS},
     STORY_PROFILE: {"max_running_requests": 64, "step_overhead_ms": STORY_STEP_OVERHEAD_MS},
 }
 """Settings a profile brings unless they are given: the model's own per-step overhead, and

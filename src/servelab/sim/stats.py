@@ -23,7 +23,7 @@ __all__ = ["EngineLoad", "LagHistogram", "SimCounters", "SimStats"]
 FINE_BIN_NS = 10_000
 """Lags under FINE_LIMIT_NS are binned to 10 µs."""
 FINE_LIMIT_NS = 20_000_000
-COARSE_BIN_NS = 1_000_000
+COARSE_BIN_NS = NS_PER_MS
 """Larger lags (an overloaded server) to 1 ms, up to 2 s; beyond that they share a bin."""
 FINE_BINS = FINE_LIMIT_NS // FINE_BIN_NS
 COARSE_BINS = 2_000

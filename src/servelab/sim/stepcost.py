@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from servelab.core.units import MS_PER_S
 from servelab.sim.model_profile import model_profiles
 
 if TYPE_CHECKING:
@@ -28,8 +29,6 @@ __all__ = [
     "StepCostFactory",
     "step_cost_for",
 ]
-
-MS_PER_S = 1_000.0
 
 
 class StepCost(Protocol):
