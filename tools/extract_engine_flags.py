@@ -146,13 +146,14 @@ def _build(engine: str) -> tuple[argparse.ArgumentParser, str]:
         parser = argparse.ArgumentParser(prog="sglang serve")
         ServerArgs.add_cli_args(parser)
         return parser, str(__version__)
-    from vllm import __version__ as vllm_version  # type: ignore[import-not-found]
     from vllm.entrypoints.common.cli_args import (  # type: ignore[import-not-found]
         make_arg_parser,
     )
     from vllm.utils.argparse_utils import (  # type: ignore[import-not-found]
         FlexibleArgumentParser,
     )
+
+    from vllm import __version__ as vllm_version  # type: ignore[import-not-found]
 
     return make_arg_parser(FlexibleArgumentParser(prog="vllm serve")), str(vllm_version)
 
