@@ -187,6 +187,12 @@ def _rate(value: float | None) -> str:
 def top_finding_lines(diagnosis: Diagnosis) -> list[str]:
     """The last words of a run: its most important finding and what to try first."""
     if not diagnosis.findings:
+        missing = [name for name, status in diagnosis.sources.items() if not status.available]
+        if diagnosis.knee.found and missing:
+            return [
+                f"top finding: none; {diagnosis.knee.explanation.split(':')[0]}, but to say "
+                f"why diagnose lacks: {', '.join(missing)}"
+            ]
         return ["top finding: none (nothing in the evidence stands out)"]
     top = diagnosis.findings[0]
     lines = [f"top finding: {top.kind} ({top.severity}): {top.title}"]
