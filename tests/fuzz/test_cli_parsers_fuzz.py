@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -151,6 +151,7 @@ urls = st.one_of(
 
 @FUZZ
 @given(url=urls)
+@example(url="http://127.0.0.1://v1")  # an empty path segment before the /v1
 def test_urls(url: str):
     base = outcome(parse_url, url)
     if isinstance(base, ConfigError):

@@ -90,7 +90,9 @@ def parse_url(url: str) -> str:
     if parsed.query or parsed.fragment or url.endswith(("?", "#")):
         raise ConfigError(f"--url {url!r} is a base URL: it takes no query or fragment")
     base = url.rstrip("/")
-    return base[: -len("/v1")] if base.endswith("/v1") else base
+    while base.endswith("/v1"):  # 'http://h:1/v1/', and 'http://h://v1' too
+        base = base.removesuffix("/v1").rstrip("/")
+    return base
 
 
 # RFC 9110: a header name is a token; a value holds no control character but HTAB.

@@ -163,32 +163,31 @@ def sim(
     """
     err = Console(stderr=True)
     with handle_errors(err):
-        for name, value in (
-            ("--fail-rate", fail_rate),
-            ("--drop-rate", drop_rate),
-            ("--malformed-rate", malformed_rate),
-            ("--stall-rate", stall_rate),
-        ):
-            check_range(name, value, low=0, high=1)
-        for name, amount in (
-            ("--ttft-ms", ttft_ms),
-            ("--itl-ms", itl_ms),
-            ("--step-base-ms", step_base_ms),
-            ("--step-per-seq-ms", step_per_seq_ms),
-            ("--prefill-per-token-ms", prefill_per_token_ms),
-            ("--step-per-context-token-ms", step_per_context_token_ms),
-            ("--step-overhead-ms", step_overhead_ms),
-            ("--reasoning-tokens", reasoning_tokens),
-        ):
-            check_range(name, amount, low=0)
-        for name, count in (
-            ("--tokens-per-chunk", tokens_per_chunk),
-            ("--max-running-requests", max_running_requests),
-            ("--kv-capacity-tokens", kv_capacity_tokens),
-            ("--chunked-prefill-size", chunked_prefill_size),
-            ("--workers", workers),
-        ):
-            check_range(name, count, low=1)
+        _check_ranges(
+            fractions={
+                "--fail-rate": fail_rate,
+                "--drop-rate": drop_rate,
+                "--malformed-rate": malformed_rate,
+                "--stall-rate": stall_rate,
+            },
+            amounts={
+                "--ttft-ms": ttft_ms,
+                "--itl-ms": itl_ms,
+                "--step-base-ms": step_base_ms,
+                "--step-per-seq-ms": step_per_seq_ms,
+                "--prefill-per-token-ms": prefill_per_token_ms,
+                "--step-per-context-token-ms": step_per_context_token_ms,
+                "--step-overhead-ms": step_overhead_ms,
+                "--reasoning-tokens": reasoning_tokens,
+            },
+            counts={
+                "--tokens-per-chunk": tokens_per_chunk,
+                "--max-running-requests": max_running_requests,
+                "--kv-capacity-tokens": kv_capacity_tokens,
+                "--chunked-prefill-size": chunked_prefill_size,
+                "--workers": workers,
+            },
+        )
         linear = {
             "step_base_ms": step_base_ms,
             "step_per_seq_ms": step_per_seq_ms,
@@ -215,7 +214,7 @@ def sim(
         from pydantic import ValidationError
 
         from servelab.sim import SimConfig, serve
-        from servelab.sim.stepcost import step_cost_for
+        from servelab.sim.stepcost import check_step_cost
 
         style = _metrics_style(metrics_style)
         # Only the flags given: an absent one keeps SimConfig's (or its profile's) default.
@@ -254,8 +253,23 @@ def sim(
             config = SimConfig.model_validate(settings | given)
         except ValidationError as exc:
             raise ConfigError(_first_error(exc)) from None
-        step_cost_for(config)  # a deployment that cannot be built fails here, in one line
+        check_step_cost(config)
         serve(config, on_ready=lambda url: err.print(f"serving on {url}", highlight=False))
+
+
+def _check_ranges(
+    *,
+    fractions: dict[str, float],
+    amounts: dict[str, float | None],
+    counts: dict[str, int | None],
+) -> None:
+    """Rates in [0, 1], times and token counts not negative, sizes at least 1."""
+    for name, fraction in fractions.items():
+        check_range(name, fraction, low=0, high=1)
+    for name, amount in amounts.items():
+        check_range(name, amount, low=0)
+    for name, count in counts.items():
+        check_range(name, count, low=1)
 
 
 def _profile(profile: str | None, linear: dict[str, float | None]) -> str | None:

@@ -27,6 +27,7 @@ __all__ = [
     "ScaledStepCost",
     "StepCost",
     "StepCostFactory",
+    "check_step_cost",
     "step_cost_for",
 ]
 
@@ -110,6 +111,12 @@ LINEAR_PROFILE = "linear"
 PROFILES: dict[str, StepCostFactory] = {LINEAR_PROFILE: _linear, **model_profiles()}
 """Named step-cost profiles, as `servelab sim --profile NAME` offers them. Register one by
 adding an entry: `PROFILES["my-gpu"] = lambda config: MyStepCost(...)`."""
+
+
+def check_step_cost(config: SimConfig) -> None:
+    """A ConfigError now, in one line, if the profile's deployment cannot be built
+    (a layout that does not fit, an unknown GPU), rather than in a worker after start."""
+    step_cost_for(config)
 
 
 def step_cost_for(config: SimConfig) -> StepCost | None:
