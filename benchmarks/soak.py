@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -23,6 +22,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from servelab.core.net import port_free
 from servelab.core.processes import group_alive
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import launch_engine
@@ -64,16 +64,6 @@ def _chat(url: str) -> bool:
     return response.status == 200 and (b"[DONE]" in data or b'"finish_reason":"' in data)
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def soak(engine: str, cycles: int, log_dir: Path) -> tuple[SoakResult, list[int]]:
     """Run the cycles; return the result and every process group that was started."""
     result = SoakResult(engine, cycles)
@@ -88,7 +78,7 @@ def soak(engine: str, cycles: int, log_dir: Path) -> tuple[SoakResult, list[int]
         finally:
             running.stop()
         result.groups_left += group_alive(running.pgid)
-        result.ports_busy += not _port_free(port)
+        result.ports_busy += not port_free("127.0.0.1", port)
         result.seconds.append(time.monotonic() - t0)
     return result, groups
 

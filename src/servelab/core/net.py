@@ -7,7 +7,14 @@ import urllib.parse
 
 from servelab.core.errors import ConfigError, EndpointUnreachable
 
-__all__ = ["LOCALHOST", "check_can_listen", "ensure_listening", "free_port", "url_host"]
+__all__ = [
+    "LOCALHOST",
+    "check_can_listen",
+    "ensure_listening",
+    "free_port",
+    "port_free",
+    "url_host",
+]
 
 LOCALHOST = "127.0.0.1"
 _WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
@@ -38,6 +45,20 @@ def _bind_any_port(host: str) -> int:
             return int(sock.getsockname()[1])
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}: {exc.strerror or exc}") from None
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether a server could bind host:port now (SO_REUSEADDR, as servers set it)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM
+        )[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+    except OSError:
+        return False
+    return True
 
 
 def ensure_listening(url: str, *, timeout_s: float = 10.0) -> None:

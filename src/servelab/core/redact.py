@@ -81,25 +81,19 @@ def scrub(text: str) -> str:
     """`text` with every registered secret and every URL password replaced by MASK."""
     for secret in sorted(registered_secrets(), key=len, reverse=True):
         text = text.replace(secret, MASK)
-    return _URL_PASSWORD.sub(rf"\g<head>{MASK}@", text)
+    return redact_url(text)
 
 
 def scrub_bytes(data: bytes) -> bytes:
-    """`scrub` for encoded text; fast when nothing is registered and no URL has a password."""
-    secrets = registered_secrets()
-    if not secrets and b"@" not in data:
+    """`scrub` for encoded text; `data` itself when nothing is registered and no URL has a
+    password (the common case, on every batch of records)."""
+    if not registered_secrets() and b"@" not in data:
         return data
-    for secret in sorted(secrets, key=len, reverse=True):
-        data = data.replace(secret.encode(), MASK.encode())
-    if b"@" in data:
-        data = _URL_PASSWORD.sub(rf"\g<head>{MASK}@", data.decode(errors="surrogateescape")).encode(
-            errors="surrogateescape"
-        )
-    return data
+    return scrub(data.decode(errors="surrogateescape")).encode(errors="surrogateescape")
 
 
 def redact_url(url: str) -> str:
-    """A URL with its password, if any, masked."""
+    """A URL (or any text holding URLs) with its passwords masked."""
     return _URL_PASSWORD.sub(rf"\g<head>{MASK}@", url)
 
 

@@ -14,10 +14,10 @@ receives SIGTERM if servelab itself dies.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servelab.core.errors import EngineLaunchError
-from servelab.core.net import LOCALHOST, check_can_listen, free_port, url_host
-from servelab.core.processes import group_alive, signal_group
+from servelab.core.net import LOCALHOST, check_can_listen, free_port, port_free, url_host
+from servelab.core.processes import group_alive, request_parent_death_signal, signal_group
 from servelab.core.redact import is_secret_name, redact_argv, register_secret
 from servelab.engines.base import EngineAdapter, EngineSpec
 from servelab.engines.enginelog import LogPump, log_tail
@@ -49,6 +49,8 @@ __all__ = [
 DEFAULT_STOP_GRACE_S = 10.0
 _POLL_S = 0.25
 _LOG_TAIL_LINES = 20
+_TERM_WITH_SERVELAB = functools.partial(request_parent_death_signal, signal.SIGTERM)
+"""In the child before exec: SIGTERM when servelab exits, so the engine can stop cleanly."""
 
 
 @dataclass
@@ -122,7 +124,7 @@ def launch_engine(
     port = port or spec.port
     if port is None:
         port = free_port(host)
-    elif not _port_free(host, port):
+    elif not port_free(host, port):
         check_can_listen(host)  # a host that cannot be listened on at all says so first
         raise EngineLaunchError(f"cannot start {adapter.name}: port {port} on {host} is in use")
     command = adapter.command(spec, host=host, port=port)
@@ -138,7 +140,7 @@ def launch_engine(
             stderr=subprocess.STDOUT,
             env={**os.environ, **spec.env},
             start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=_TERM_WITH_SERVELAB if sys.platform == "linux" else None,
         )
     except OSError as exc:
         if gpus is not None:
@@ -231,20 +233,6 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _port_free(host: str, port: int) -> bool:
-    """Whether a server could bind host:port now (SO_REUSEADDR, as servers set it)."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM
-        )[0]
-        with socket.socket(family, kind, proto) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(address)
-    except OSError:
-        return False
-    return True
-
-
 def _register_secrets(spec: EngineSpec, command: list[str]) -> None:
     """Secret env values and secret option values are scrubbed from all that is written."""
     for name, value in spec.env.items():
@@ -253,14 +241,6 @@ def _register_secrets(spec: EngineSpec, command: list[str]) -> None:
     for arg, masked in zip(command, redact_argv(command), strict=True):
         if arg != masked:
             register_secret(arg.split("=", 1)[1] if "=" in arg else arg)
-
-
-def _die_with_parent() -> None:
-    """In the child: ask the kernel for SIGTERM when servelab exits (prctl PR_SET_PDEATHSIG)."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
 def _stop_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
