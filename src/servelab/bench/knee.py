@@ -1,9 +1,15 @@
 """The knee of a concurrency sweep: where adding load stops adding throughput.
 
 Between two levels c1 < c2 with total throughputs T1, T2, the growth per doubling of
-concurrency is g = (T2 / T1) ** (1 / log2(c2 / c1)). The knee is the lowest level after
-which the next level adds less than 10% per doubling (g < 1.10): past it, more
-concurrency mostly buys queueing (higher latency) rather than throughput.
+concurrency is g = (T2 / T1) ** (1 / log2(c2 / c1)). The knee is the lowest level that no
+later level beats by 10% or more per doubling (g < 1.10 from the knee to every later
+level): past it, more concurrency mostly buys queueing (higher latency), not throughput.
+
+Judging the knee against every later level, not only the next one, is what makes it hold
+under noise: one level measured a few percent low no longer makes a knee when a later
+level grows again, and one measured high at the end no longer hides a plateau seen over
+two doublings. `levels_past` says how many later levels back the knee; the adaptive sweep
+stops once two do.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from servelab.bench.results import LevelSummary
 
-__all__ = ["KNEE_GROWTH_PER_DOUBLING", "Knee", "find_knee"]
+__all__ = ["KNEE_GROWTH_PER_DOUBLING", "Knee", "find_knee", "growth_per_doubling"]
 
 KNEE_GROWTH_PER_DOUBLING = 1.10
 
@@ -30,6 +36,9 @@ class Knee(BaseModel):
     growth_per_doubling: list[float | None] = Field(
         description="g between each level and the next, in sweep order (None if undefined)."
     )
+    levels_past: int = Field(
+        default=0, description="Later levels that stay under the knee's growth line."
+    )
     explanation: str
 
 
@@ -40,26 +49,33 @@ def find_knee(levels: Sequence[LevelSummary]) -> Knee:
         for s in levels
         if s.max_concurrency is not None and s.completed > 0
     )
-    growth = [_growth(a, b) for a, b in itertools.pairwise(points)]
-    for (c, t), g in zip(points, growth, strict=False):
-        if g is not None and g < KNEE_GROWTH_PER_DOUBLING:
+    growth = [growth_per_doubling(a, b) for a, b in itertools.pairwise(points)]
+    threshold = f"{100 * (KNEE_GROWTH_PER_DOUBLING - 1):.0f}%"
+    for i, (c, t) in enumerate(points[:-1]):
+        later = [growth_per_doubling((c, t), p) for p in points[i + 1 :]]
+        if all(g is not None and g < KNEE_GROWTH_PER_DOUBLING for g in later):
+            steps = ", ".join(
+                f"{p[0]}: {100 * (g - 1):+.1f}%"
+                for p, g in zip(points[i + 1 :], later, strict=True)
+                if g is not None
+            )
             return Knee(
                 found=True,
                 concurrency=c,
                 total_throughput=t,
                 growth_per_doubling=growth,
+                levels_past=len(later),
                 explanation=(
-                    f"the knee is at concurrency {c} ({t:,.0f} tok/s total): the next level "
-                    f"adds {100 * (g - 1):+.1f}% per doubling of concurrency, under the "
-                    f"{100 * (KNEE_GROWTH_PER_DOUBLING - 1):.0f}% threshold"
+                    f"the knee is at concurrency {c} ({t:,.0f} tok/s total): no later level "
+                    f"adds {threshold} per doubling of concurrency over it ({steps})"
                 ),
             )
     if len(points) < 2:
         reason = "a knee needs at least two concurrency levels with completed requests"
     else:
         reason = (
-            f"no knee up to concurrency {points[-1][0]}: throughput still grows by at "
-            f"least {100 * (KNEE_GROWTH_PER_DOUBLING - 1):.0f}% per doubling"
+            f"no knee up to concurrency {points[-1][0]}: every level is beaten by {threshold} "
+            "or more per doubling at a later one"
         )
     return Knee(
         found=False,
@@ -70,7 +86,8 @@ def find_knee(levels: Sequence[LevelSummary]) -> Knee:
     )
 
 
-def _growth(a: tuple[int, float], b: tuple[int, float]) -> float | None:
+def growth_per_doubling(a: tuple[int, float], b: tuple[int, float]) -> float | None:
+    """g from point a to point b, each (concurrency, total tok/s); None where undefined."""
     (c1, t1), (c2, t2) = a, b
     if c2 <= c1 or t1 <= 0:
         return None

@@ -6,6 +6,7 @@ returns a `Diagnosis` (written as diagnosis.json): findings most important first
 single-stream gap in layers from the model's roofline to the engine as measured.
 """
 
+from servelab.bench.knee import KNEE_GROWTH_PER_DOUBLING, Knee, find_knee
 from servelab.diagnose.document import SCHEMA, Diagnosis, GapLayers, GapShare, Layer, SourceStatus
 from servelab.diagnose.findings import (
     Action,
@@ -15,7 +16,6 @@ from servelab.diagnose.findings import (
     FindingKind,
     Severity,
 )
-from servelab.diagnose.knee import KNEE_GROWTH_PER_DOUBLING, Knee, find_knee
 from servelab.diagnose.options import DiagnoseOptions
 from servelab.diagnose.run import DIAGNOSIS_FILE, diagnose_run
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from servelab.bench.knee import find_knee
 from servelab.bench.results import LevelSummary
 from servelab.diagnose.deployment import choose_model
 from servelab.diagnose.engineconf import engine_config
 from servelab.diagnose.facts import MODEL_FASTER_TOLERANCE, LevelFacts, RunFacts, level_facts
 from servelab.diagnose.inputs import RunFiles
-from servelab.diagnose.knee import find_knee
 from servelab.diagnose.modelview import ModelView
 from servelab.diagnose.options import DiagnoseOptions
 

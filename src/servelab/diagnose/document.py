@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servelab.bench.knee import Knee
 from servelab.diagnose.findings import Finding
-from servelab.diagnose.knee import Knee
 
 __all__ = ["SCHEMA", "Diagnosis", "GapLayers", "GapShare", "Layer", "SourceStatus"]
 

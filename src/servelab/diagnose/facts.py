@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from servelab.bench.knee import Knee
 from servelab.bench.results import BenchSummary, LevelSummary
 from servelab.diagnose.engineconf import EngineConfig
 from servelab.diagnose.inputs import ProbeDoc
-from servelab.diagnose.knee import Knee
 from servelab.diagnose.modelview import ModelView
 from servelab.engines.signatures import EventKind, LogEvent
 from servelab.model import StepBreakdown

@@ -5,10 +5,10 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from servelab.bench.knee import Knee
 from servelab.bench.results import BenchSummary
 from servelab.core.severity import Severity
 from servelab.diagnose import Diagnosis
-from servelab.diagnose.knee import Knee
 from servelab.engines.signatures import KIND_INFO, LogScan
 from servelab.probe.report import ProbeReport
 from servelab.report.diagnosis import render_diagnosis_markdown

@@ -7,10 +7,10 @@ that, or the KV limit, whichever comes first; the sweep should reach it.
 
 from __future__ import annotations
 
+from servelab.bench.knee import KNEE_GROWTH_PER_DOUBLING
 from servelab.diagnose.actions import bench_action
 from servelab.diagnose.facts import LevelFacts, RunFacts
 from servelab.diagnose.findings import Evidence, Finding, FindingKind, Severity
-from servelab.diagnose.knee import KNEE_GROWTH_PER_DOUBLING
 from servelab.diagnose.signals import fmt, model_growth
 
 __all__ = ["MAX_DOUBLINGS", "rule"]

@@ -16,6 +16,7 @@ so; nor a cap from a scheduler that admits slowly for another reason.
 
 from __future__ import annotations
 
+from servelab.bench.knee import KNEE_GROWTH_PER_DOUBLING
 from servelab.diagnose.actions import knob_action
 from servelab.diagnose.facts import LevelFacts, RunFacts
 from servelab.diagnose.findings import (
@@ -26,7 +27,6 @@ from servelab.diagnose.findings import (
     Severity,
     Tally,
 )
-from servelab.diagnose.knee import KNEE_GROWTH_PER_DOUBLING
 from servelab.diagnose.rules.kv_capacity import KV_MODEL_ROOM, kv_pressure
 from servelab.diagnose.signals import fmt, held_back, model_growth, queueing_beyond_knee
 
