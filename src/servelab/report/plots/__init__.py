@@ -1,0 +1,51 @@
+"""The report's plots: pure data built from a run's files, then drawn by matplotlib.
+
+`build_plots(runs)` gives one `Plot` per key of `PLOT_KEYS` (throughput, latency, pareto,
+ttft_distribution, itl_distribution, gpu_timeline, engine_timeline), each with every run
+overlaid in a colour of its own. A plot whose data is absent (no GPU sampled, no engine
+/metrics, no streamed request) comes back with `missing` saying why in one line; its
+`render_svg` and `render_png` raise ValueError, so a renderer shows `missing` instead.
+The data layer imports numpy only; matplotlib loads inside the render functions.
+"""
+
+from servelab.report.plots.build import build_plots
+from servelab.report.plots.data import (
+    PLOT_KEYS,
+    Band,
+    Box,
+    Line,
+    LineRole,
+    Panel,
+    Plot,
+    RunPlotInput,
+    Scale,
+    Series,
+)
+from servelab.report.plots.distributions import itl_ms, ttft_ms, weighted_percentiles
+from servelab.report.plots.render import plot_id, render_png, render_svg
+from servelab.report.plots.sweep import pareto_frontier
+from servelab.report.plots.timelines import MAX_POINTS, level_windows, run_origin_ns
+
+__all__ = [
+    "MAX_POINTS",
+    "PLOT_KEYS",
+    "Band",
+    "Box",
+    "Line",
+    "LineRole",
+    "Panel",
+    "Plot",
+    "RunPlotInput",
+    "Scale",
+    "Series",
+    "build_plots",
+    "itl_ms",
+    "level_windows",
+    "pareto_frontier",
+    "plot_id",
+    "render_png",
+    "render_svg",
+    "run_origin_ns",
+    "ttft_ms",
+    "weighted_percentiles",
+]
