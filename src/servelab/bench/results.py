@@ -21,6 +21,8 @@ __all__ = [
     "LevelSummary",
     "RunInfo",
     "RunStatus",
+    "StopReason",
+    "SweepStop",
 ]
 
 SCHEMA = "servelab.bench/1"
@@ -181,6 +183,19 @@ class LevelSummary(BaseModel):
     notes: list[str] = Field(default_factory=list, description="Caveats about this level.")
 
 
+StopReason = Literal["knee", "errors", "slo", "kv", "max", "levels"]
+
+
+class SweepStop(BaseModel):
+    """Why a sweep ended where it did."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: StopReason = Field(description="knee, errors, slo, kv, max, or levels (all run).")
+    level: int | None = Field(description="The level that ended it; None when all ran.")
+    explanation: str
+
+
 class RunInfo(BaseModel):
     """What was run, where, and with which software."""
 
@@ -211,4 +226,7 @@ class BenchSummary(BaseModel):
     engine: dict[str, str | int | list[str] | None] | None = None
     failure: str | None = Field(
         default=None, description="Why the run failed (status 'failed'), in one line."
+    )
+    sweep_stop: SweepStop | None = Field(
+        default=None, description="Why the sweep ended where it did (run's stop rules)."
     )

@@ -28,6 +28,7 @@ from servelab.bench.preflight import Preflight, run_preflight
 from servelab.bench.records import ErrorKind, RequestRecord
 from servelab.bench.results import BenchSummary, LevelSummary, RunInfo, RunStatus
 from servelab.bench.runner import run_level
+from servelab.bench.sweep import SweepPlan, SweepStop, next_level
 from servelab.bench.tokens import ServerTokenizer, TokenCounter
 from servelab.bench.workload import WorkloadSpec, build_requests
 from servelab.core.errors import EngineDied, Interrupted
@@ -85,6 +86,8 @@ class BenchConfig:
     """NVML indices of the engine's GPUs, sampled while the levels run."""
     metrics_url: str | None = None
     """Where the engine's Prometheus /metrics is scraped (at its root); None: not scraped."""
+    sweep: SweepPlan | None = None
+    """Closed loop: choose the levels as they finish (bench.sweep), in place of `levels`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +138,7 @@ class _Session:
         self.engine_exit = engine_exit
         """The launched engine's exit code once it has exited, else None (None: not ours)."""
         self.levels: list[LevelSummary] = []
+        self.stop: SweepStop | None = None
         self.telemetry: TelemetrySession | None = None
 
     def run(self, run_dir: RunDir | None) -> BenchOutcome:
@@ -166,9 +170,8 @@ class _Session:
 
     def _run_levels(self, preflight: Preflight, counter: TokenCounter | None) -> BenchOutcome:
         self._save("running")
-        specs = self._level_specs()
         try:
-            for spec in specs:
+            while (spec := self._next_spec()) is not None:
                 level = self._run_level(spec, preflight, counter)
                 self.levels.append(level)
                 if not level.interrupted:
@@ -187,6 +190,8 @@ class _Session:
         except BaseException:
             self._save("failed")
             raise
+        if self.stop is not None and self.stop.reason != "levels":
+            self.on_event(Notice(f"sweep ends: {self.stop.explanation}"))
         return BenchOutcome(self._save("complete"), self.run_dir.path)
 
     def _endpoint(self) -> EndpointConfig:
@@ -213,20 +218,29 @@ class _Session:
             return ServerTokenizer(e.base_url, model=e.model, headers=e.headers)
         return None
 
-    def _level_specs(self) -> list[LevelSpec]:
+    def _next_spec(self) -> LevelSpec | None:
+        """The next level: the plan's choice after what ran, else the next of `levels`."""
         c = self.config
-        return [
-            LevelSpec(
-                index=i,
-                mode=c.mode,
-                value=value,
-                num_requests=None if c.duration_s is not None else c.num_requests,
-                duration_s=c.duration_s,
-                warmup=c.warmup,
-                burstiness=c.burstiness,
-            )
-            for i, value in enumerate(c.levels)
-        ]
+        index = len(self.levels)
+        if c.sweep is not None:
+            choice = next_level(c.sweep, self.levels)
+            if isinstance(choice, SweepStop):
+                self.stop = choice
+                return None
+            value = float(choice)
+        elif index < len(c.levels):
+            value = c.levels[index]
+        else:
+            return None
+        return LevelSpec(
+            index=index,
+            mode=c.mode,
+            value=value,
+            num_requests=None if c.duration_s is not None else c.num_requests,
+            duration_s=c.duration_s,
+            warmup=c.warmup,
+            burstiness=c.burstiness,
+        )
 
     def _pool_size(self, spec: LevelSpec) -> int:
         if spec.duration_s is None:
@@ -330,7 +344,8 @@ class _Session:
             workload=workload,
             load={
                 "mode": c.mode.value,
-                "levels": list(c.levels),
+                "levels": list(c.levels) if c.sweep is None else None,
+                "sweep": c.sweep.describe() if c.sweep is not None else None,
                 "num_requests": c.num_requests,
                 "duration_s": c.duration_s,
                 "warmup": c.warmup,
@@ -363,6 +378,7 @@ class _Session:
             levels=self.levels,
             engine=self.engine_info,
             failure=failure,
+            sweep_stop=self.stop,
         )
         self.run_dir.write_summary(summary)
         best = max(self.levels, key=lambda s: s.output_throughput, default=None)
