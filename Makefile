@@ -16,13 +16,18 @@ VLLM_PIP := $(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version
 VLLM_UNWANTED := torchvision torchaudio torchcodec
 VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
 
-.PHONY: demo test lint venv-local venv-dev vllm clean
+.PHONY: demo test lint venv-local venv-dev vllm test-services clean
 
 demo: venv-local
 	$(BIN)/servelab run
 
-test: lint vllm
+test: lint vllm test-services
 	$(BIN)/python -m pytest
+
+# Debian services the tests use (chromium for the HTML report, postgresql-15 for shared
+# tuning studies): installed when missing; a no-op when present; one line when not root.
+test-services:
+	tools/install-test-services.sh
 
 # Style, types, and the layer order of DESIGN.md (import-linter's contract in pyproject).
 lint: venv-dev

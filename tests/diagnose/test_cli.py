@@ -147,13 +147,3 @@ def test_the_h200_reference_run_is_launch_overhead(tmp_path: Path):
     assert not kernel.available
     assert engine.tokens_per_s == pytest.approx(1000 / document["levels"][0]["mean_tpot_ms"])
     assert sum(share.share for share in single.shares) == pytest.approx(1.0, abs=0.01)
-
-
-def test_the_markdown_for_report_md(run_dir: Path):
-    from servelab.report.diagnosis import render_diagnosis_markdown
-
-    text = render_diagnosis_markdown(diagnose_run(run_dir, write=False))
-    assert text.startswith("Deployment: not modelled.")
-    assert "1. **critical** `errors`" in text
-    assert "| engine as configured (measured) |" in text
-    assert "   - try: " in text

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from servelab.bench.knee import find_knee
+from servelab.bench.results import LevelSummary
 from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.workload import WorkloadSpec
 from servelab.engines.base import EngineSpec
@@ -92,20 +94,30 @@ def test_servelab_run_end_to_end(tmp_path: Path):
     assert elapsed < 180
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "complete"
-    assert [lv["max_concurrency"] for lv in summary["levels"]] == [1, 4, 16, 64]
+    # the adaptive sweep: from 1, doubling, until two levels past the knee it found
+    levels = [lv["max_concurrency"] for lv in summary["levels"]]
+    assert levels == [2**i for i in range(len(levels))]
+    assert summary["sweep_stop"]["reason"] == "knee", summary["sweep_stop"]
+    knee = find_knee([LevelSummary.model_validate(lv) for lv in summary["levels"]])
+    assert knee.found and knee.levels_past == 2 and knee.concurrency == levels[-3]
     assert all(lv["failed"] == 0 and lv["completed"] > 0 for lv in summary["levels"])
     report = (out / "report.md").read_text()
     for part in (
-        "## Sweep",
-        "## Knee",
-        "## Engine command",
+        "## 1. Goal and targets",
+        "## 2. Machine",
+        "## 3. Engine",
         "transformers.cli.transformers",
-        "## Machine",
-        "| 64 ",
-        "## Machine verdicts",
-        "## Engine log",
+        "## 4. Results",
+        f"| {levels[-1]} |",
+        f"The knee is at concurrency {knee.concurrency} ",
+        "## 5. Findings",
+        "### Server warnings",
+        "## 6. Status",
+        "](plots/throughput.png)",
     ):
         assert part in report
+    assert (out / "plots" / "throughput.png").read_bytes().startswith(b"\x89PNG")
+    assert "<svg" in (out / "report.html").read_text()
     gpus_here = _gpus_nvml_sees()
     assert ("No NVIDIA GPU visible" in report) == (gpus_here == 0)
     events = json.loads((out / "engine_events.json").read_text())
@@ -118,7 +130,7 @@ def test_servelab_run_end_to_end(tmp_path: Path):
     pid = summary["engine"]["pid"]
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)
-    assert "report:" in result.stderr
+    assert f"report: {out / 'report.html'}" in result.stderr
 
 
 def test_run_against_an_existing_endpoint(start_sim, tmp_path: Path):
@@ -132,7 +144,8 @@ def test_run_against_an_existing_endpoint(start_sim, tmp_path: Path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     report = (out / "report.md").read_text()
-    assert "## Engine command" not in report and sim.url in report
+    assert "The launch command" not in report and "did not launch this engine" in report
+    assert sim.url in report
     assert not (out / "engine.log").exists()
 
 
@@ -177,7 +190,7 @@ def test_run_launches_the_engine_of_a_spec(tmp_path: Path):
     running = [lv["telemetry"]["engine"]["running_max"] for lv in summary["levels"]]
     assert running[-1] == 2 and max(running) == 2
     report = (out / "report.md").read_text()
-    assert "## Engine command" in report and "--max-running-requests 2" in report
+    assert "The launch command" in report and "--max-running-requests 2" in report
     with pytest.raises(ProcessLookupError):
         os.killpg(summary["engine"]["pid"], 0)
 

@@ -22,6 +22,7 @@ from servelab.engines.base import EngineSpec
 from servelab.engines.enginelog import log_tail
 from servelab.engines.launcher import RunningEngine
 from servelab.engines.signatures import EngineExit, LogScan
+from servelab.engines.spec import spec_yaml
 from servelab.engines.watched import WatchedEngine, launch_watched
 from servelab.store import RunDir
 
@@ -115,6 +116,7 @@ def engine_info(engine: RunningEngine) -> dict[str, Any]:
         "url": engine.url,
         "pid": engine.pid,
         "command": engine.command,
+        "spec": spec_yaml(engine.spec),
         "log": engine.log_path.name,
         "gpu_memory_released": engine.gpu_memory_released,
     }

@@ -24,6 +24,7 @@ from servelab.cli.engine import engine_app
 from servelab.cli.exit_codes import ExitCode
 from servelab.cli.model import model
 from servelab.cli.probe import probe
+from servelab.cli.report import report
 from servelab.cli.run import run
 from servelab.cli.sim import sim
 
@@ -92,6 +93,7 @@ app.command("bench")(bench)
 app.command("model")(model)
 app.command("diagnose")(diagnose)
 app.command("run")(run)
+app.command("report")(report)
 app.command("sim")(sim)
 app.add_typer(engine_app, name="engine")
 

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from servelab.bench.sweep import DEFAULT_MAX_CONCURRENCY
 from servelab.cli.bench import print_failures
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
 from servelab.cli.options import (
@@ -24,8 +25,9 @@ from servelab.cli.options import (
     parse_url,
 )
 from servelab.cli.progress import SweepView
+from servelab.cli.report import Targets, Title
 from servelab.core.errors import ConfigError
-from servelab.core.units import parse_duration_s, parse_number_list
+from servelab.core.units import parse_duration_s, parse_number_list, parse_slos
 from servelab.engines.embedded.presets import DEFAULT_PRESET
 from servelab.engines.spec import load_spec
 from servelab.pipeline.run import (
@@ -34,6 +36,7 @@ from servelab.pipeline.run import (
     RunConfig,
     run_pipeline,
 )
+from servelab.report import parse_target
 from servelab.report.diagnosis import top_finding_lines
 from servelab.report.tables import render_sweep
 from servelab.store.rundir import DEFAULT_RUNS_DIR
@@ -53,7 +56,25 @@ def run(
         str | None,
         typer.Option(help="Embedded engine preset: tiny (CPU, the default) or h200-ref (GPU)."),
     ] = None,
-    concurrency: Annotated[str, typer.Option(help="Concurrency levels to sweep.")] = "1,4,16,64",
+    concurrency: Annotated[
+        str,
+        typer.Option(
+            help="Concurrency levels to sweep, e.g. 1,4,16; 'auto': start at 1 and double "
+            "until two levels past the knee, >5% failed requests, a broken SLO, a full KV "
+            "cache, or --max-concurrency."
+        ),
+    ] = "auto",
+    max_concurrency: Annotated[
+        int | None,
+        typer.Option(
+            help="The auto sweep's last level at most. Default: the model's KV capacity at "
+            f"these lengths where known, else {DEFAULT_MAX_CONCURRENCY}."
+        ),
+    ] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option(help="SLOs, e.g. ttft=2s,tpot=50ms: goodput, and the auto sweep's stop."),
+    ] = None,
     input_len: Annotated[int, typer.Option(help="Prompt tokens.")] = DEFAULT_RUN_INPUT_LEN,
     output_len: Annotated[int, typer.Option(help="Output tokens.")] = DEFAULT_RUN_OUTPUT_LEN,
     num_requests: NumRequests = None,
@@ -62,12 +83,15 @@ def run(
     metrics: ScrapeMetrics = True,
     out: OutDir = None,
     runs_dir: RunsDir = DEFAULT_RUNS_DIR,
+    target: Targets = None,
+    title: Title = None,
     json_output: JsonOutput = False,
 ) -> None:
-    """Launch → sweep → find the knee → write report.md → stop.
+    """Probe → launch → sweep → diagnose → report (HTML + Markdown) → stop.
 
     With no options: starts the embedded engine (a generated model on the CPU, served by
-    transformers serve), sweeps concurrency 1, 4, 16, 64 at 128 input / 64 output tokens.
+    transformers serve) and sweeps from concurrency 1, doubling until two levels past the
+    knee, at 128 input / 64 output tokens.
 
     With --engine SPEC: the same on the engine the spec launches; with --url: on a running
     endpoint.
@@ -84,6 +108,9 @@ def run(
             )
         if model is not None and url is None:
             raise ConfigError("--model names the served model of --url; a spec has served_name")
+        check_range("--max-concurrency", max_concurrency, low=1)
+        if max_concurrency is not None and concurrency.strip().lower() != "auto":
+            raise ConfigError("--max-concurrency caps the auto sweep; it does not go with levels")
         check_range("--input-len", input_len, low=1)
         check_range("--output-len", output_len, low=1)
         check_range("--num-requests", num_requests, low=1)
@@ -94,9 +121,9 @@ def run(
             engine=load_spec(engine) if engine is not None else None,
             model=model,
             preset=preset or DEFAULT_PRESET,
-            concurrency=[
-                int(c) for c in parse_number_list(concurrency, what="--concurrency", integer=True)
-            ],
+            concurrency=_levels(concurrency),
+            max_concurrency=max_concurrency,
+            slo_ms=parse_slos(slo) if slo else None,
             input_len=input_len,
             output_len=output_len,
             num_requests=num_requests,
@@ -106,6 +133,8 @@ def run(
             command=["servelab", *sys.argv[1:]],
             gpus=resolve_gpus(gpus) if gpus else [],
             metrics=metrics,
+            targets=[parse_target(t) for t in target or []],
+            title=title,
         )
         with SweepView(err) as view:
             result = run_pipeline(config, on_event=view)
@@ -117,10 +146,20 @@ def run(
                 escape(result.knee.explanation[0].upper() + result.knee.explanation[1:])
             )
         print_failures(err, result.summary)
-        err.print(f"report: {escape(str(result.report_path))}", highlight=False)
+        err.print(f"report: {escape(str(result.report.html))}", highlight=False, soft_wrap=True)
+        err.print(
+            f"markdown: {escape(str(result.report.markdown))}", highlight=False, soft_wrap=True
+        )
         if result.diagnosis is not None:
             for line in top_finding_lines(result.diagnosis):
                 err.print(escape(line), highlight=False, soft_wrap=True)
         levels = result.summary.levels
         code = exit_for_levels(sum(s.completed for s in levels), sum(s.failed for s in levels))
         raise typer.Exit(int(code))
+
+
+def _levels(text: str) -> list[int] | None:
+    """'auto' -> None (the adaptive sweep), else the integer levels given."""
+    if text.strip().lower() == "auto":
+        return None
+    return [int(c) for c in parse_number_list(text, what="--concurrency", integer=True)]

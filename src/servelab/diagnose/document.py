@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from servelab.bench.knee import Knee
 from servelab.diagnose.findings import Finding
 
-__all__ = ["SCHEMA", "Diagnosis", "GapLayers", "GapShare", "Layer", "SourceStatus"]
+__all__ = ["SCHEMA", "CeilingPoint", "Diagnosis", "GapLayers", "GapShare", "Layer", "SourceStatus"]
 
 SCHEMA = "servelab.diagnosis/1"
 
@@ -62,6 +62,16 @@ class GapLayers(BaseModel):
     shares: list[GapShare] = Field(default_factory=list)
 
 
+class CeilingPoint(BaseModel):
+    """The model's closed-loop ceiling at one level's concurrency and request lengths."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: int
+    total_tok_s: float = Field(description="Total tokens/s the modelled deployment allows.")
+    measured_total_tok_s: float = Field(description="What the level measured, for the ratio.")
+
+
 class SourceStatus(BaseModel):
     """Whether one kind of evidence was there, and why not."""
 
@@ -87,6 +97,9 @@ class Diagnosis(BaseModel):
     knee: Knee
     findings: list[Finding] = Field(description="Most important first.")
     layers: list[GapLayers] = Field(default_factory=list)
+    ceiling: list[CeilingPoint] = Field(
+        default_factory=list, description="The model's ceiling at each closed-loop level."
+    )
     sources: dict[str, SourceStatus] = Field(
         description="summary, gpu telemetry, engine metrics, engine log, probe, model."
     )

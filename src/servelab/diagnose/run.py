@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from servelab.diagnose.collect import collect_facts
-from servelab.diagnose.document import Diagnosis, SourceStatus
+from servelab.diagnose.document import CeilingPoint, Diagnosis, SourceStatus
 from servelab.diagnose.facts import RunFacts
 from servelab.diagnose.findings import Finding, FindingKind, Severity
 from servelab.diagnose.inputs import load_run
@@ -51,12 +51,33 @@ def diagnose_run(
         knee=facts.knee,
         findings=findings,
         layers=gap_layers(facts),
+        ceiling=_ceiling(facts),
         sources=_sources(facts, files.events_source, files.probe_source),
         notes=facts.notes,
     )
     if write:
         RunDir(run_dir).write_diagnosis(diagnosis)
     return diagnosis
+
+
+def _ceiling(facts: RunFacts) -> list[CeilingPoint]:
+    """The model's total tok/s at each closed-loop level, for the report's throughput plot."""
+    if facts.model is None:
+        return []
+    points = []
+    for lv in facts.levels:
+        c = lv.summary.max_concurrency
+        if c is None or lv.summary.completed == 0:
+            continue
+        inp, out = round(lv.input_tokens), max(round(lv.output_tokens), 1)
+        points.append(
+            CeilingPoint(
+                concurrency=c,
+                total_tok_s=facts.model.total_tokens_per_s(c, inp, out),
+                measured_total_tok_s=lv.summary.total_throughput,
+            )
+        )
+    return points
 
 
 def rank(findings: list[Finding]) -> list[Finding]:

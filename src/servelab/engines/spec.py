@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from servelab.core.errors import ConfigError
 from servelab.engines.base import KNOB_NAMES, EngineSpec
 
-__all__ = ["load_spec", "parse_assignments", "parse_spec", "spec_with"]
+__all__ = ["load_spec", "parse_assignments", "parse_spec", "spec_with", "spec_yaml"]
 
 
 def load_spec(path: Path) -> EngineSpec:
@@ -51,6 +51,18 @@ def load_spec(path: Path) -> EngineSpec:
     if not isinstance(document, dict):
         raise ConfigError(f"{path} is not a mapping of spec keys (engine: ..., model: ...)")
     return parse_spec(document, source=str(path))
+
+
+def spec_yaml(spec: EngineSpec) -> str:
+    """The spec as the YAML a user would write: set fields only, secret env values hidden."""
+    import yaml
+
+    from servelab.core.redact import redact_env
+
+    data = spec.model_dump(mode="json", exclude_defaults=True)
+    if spec.env:
+        data["env"] = redact_env(spec.env)
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
 def parse_spec(data: dict[str, Any], *, source: str) -> EngineSpec:

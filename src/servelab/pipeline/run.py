@@ -1,4 +1,4 @@
-"""`servelab run`: probe → launch (or attach) → sweep → knee → report.md → stop.
+"""`servelab run`: probe → launch (or attach) → sweep → diagnose → report → stop.
 
 It launches the engine of a spec (vLLM, SGLang, transformers, the simulator, ...), or
 attaches to a URL; with neither it starts the embedded engine (a generated model served by
@@ -15,6 +15,7 @@ from servelab.bench.events import BenchEvent, Notice
 from servelab.bench.load import LoadMode
 from servelab.bench.results import BenchSummary
 from servelab.bench.session import BenchConfig, run_bench
+from servelab.bench.sweep import DEFAULT_MAX_CONCURRENCY, SweepPlan
 from servelab.bench.trial import engine_info, for_engine, note_death, save_engine_events
 from servelab.bench.workload import WorkloadSpec
 from servelab.core.errors import ConfigError, EngineDied, Interrupted, ServelabError
@@ -24,13 +25,13 @@ from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import RunningEngine
 from servelab.engines.signatures import EngineExit
 from servelab.engines.watched import WatchedEngine, launch_watched
+from servelab.pipeline.limits import kv_room
 from servelab.probe.collect import run_probe
 from servelab.probe.report import ProbeReport
-from servelab.report import render_run_report
-from servelab.store import REPORT_MD_FILE, RunDir, default_run_name
+from servelab.report import ReportFiles, Target, write_report
+from servelab.store import RunDir, default_run_name
 
 __all__ = [
-    "DEFAULT_CONCURRENCY",
     "DEFAULT_RUN_INPUT_LEN",
     "DEFAULT_RUN_OUTPUT_LEN",
     "RunConfig",
@@ -38,7 +39,6 @@ __all__ = [
     "run_pipeline",
 ]
 
-DEFAULT_CONCURRENCY = (1, 4, 16, 64)
 DEFAULT_RUN_INPUT_LEN = 128
 DEFAULT_RUN_OUTPUT_LEN = 64
 
@@ -52,7 +52,14 @@ class RunConfig:
     engine: EngineSpec | None = None
     model: str | None = None
     preset: str = "tiny"
-    concurrency: list[int] = field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
+    concurrency: list[int] | None = None
+    """Fixed levels; None: the adaptive sweep (bench.sweep) up to `max_concurrency`."""
+    max_concurrency: int | None = None
+    """The adaptive sweep's cap; None: the model's KV capacity where known, else 1024."""
+    slo_ms: dict[str, float] | None = None
+    targets: list[Target] = field(default_factory=list)
+    """The goal's targets, judged in the report."""
+    title: str | None = None
     input_len: int = DEFAULT_RUN_INPUT_LEN
     output_len: int = DEFAULT_RUN_OUTPUT_LEN
     num_requests: int | None = None
@@ -74,7 +81,7 @@ class RunResult:
     summary: BenchSummary
     knee: Knee
     run_dir: Path
-    report_path: Path
+    report: ReportFiles
     diagnosis: Diagnosis | None
     """None when the run could not be diagnosed (its reason is in the summary's notes)."""
 
@@ -104,7 +111,7 @@ def run_pipeline(
                 on_status=lambda message: on_event(Notice(message)),
             )
         engine = watched.engine if watched else None
-        bench = _bench_config(config, name, engine)
+        bench = _bench_config(config, name, engine, _sweep_plan(config, spec, probe))
         try:
             info = engine_info(engine) if engine else None
             outcome = run_bench(
@@ -120,10 +127,12 @@ def run_pipeline(
             if watched is not None and isinstance(stopped, EngineDied):
                 died = note_death(watched, stopped)
             _stop(watched, on_event)
-            _write_report(run_dir, run_dir.load_summary(BenchSummary), watched, probe, died)
+            _write_report(run_dir, run_dir.load_summary(BenchSummary), watched, config, died)
             raise
         _stop(watched, on_event)
-        knee, report, diagnosis = _write_report(run_dir, outcome.summary, watched, probe)
+        on_event(Notice("diagnosing and writing the report"))
+        knee, report, diagnosis = _write_report(run_dir, outcome.summary, watched, config)
+        assert report is not None
         return RunResult(outcome.summary, knee, run_dir.path, report, diagnosis)
     finally:
         _stop(watched, on_event)
@@ -147,7 +156,23 @@ def _stop(watched: WatchedEngine | None, on_event: Callable[[BenchEvent], None])
     watched.engine.stop()
 
 
-def _bench_config(config: RunConfig, name: str, engine: RunningEngine | None) -> BenchConfig:
+def _sweep_plan(config: RunConfig, spec: EngineSpec, probe: ProbeReport) -> SweepPlan:
+    """Fixed levels as given, else adaptive up to the user's cap or the model's KV room."""
+    if config.concurrency:
+        return SweepPlan(fixed=tuple(config.concurrency))
+    if config.max_concurrency is not None:
+        return SweepPlan(max_concurrency=config.max_concurrency, max_source="--max-concurrency")
+    room = None
+    if config.url is None:
+        room = kv_room(spec, probe, input_len=config.input_len, output_len=config.output_len)
+    if room is None or room[0] >= DEFAULT_MAX_CONCURRENCY:
+        return SweepPlan()
+    return SweepPlan(max_concurrency=room[0], max_source=room[1])
+
+
+def _bench_config(
+    config: RunConfig, name: str, engine: RunningEngine | None, plan: SweepPlan
+) -> BenchConfig:
     workload = WorkloadSpec(
         dataset="random",
         input_len=config.input_len,
@@ -161,7 +186,8 @@ def _bench_config(config: RunConfig, name: str, engine: RunningEngine | None) ->
         model=config.model,
         metrics_url=url if config.metrics else None,
         mode=LoadMode.CONCURRENCY,
-        levels=[float(c) for c in config.concurrency],
+        sweep=plan,
+        slo_ms=config.slo_ms,
         num_requests=config.num_requests,
         duration_s=config.duration_s,
         warmup=config.warmup,
@@ -177,26 +203,25 @@ def _write_report(
     run_dir: RunDir,
     summary: BenchSummary | None,
     watched: WatchedEngine | None,
-    probe: ProbeReport,
+    config: RunConfig,
     died: EngineExit | None = None,
-) -> tuple[Knee, Path, Diagnosis | None]:
+) -> tuple[Knee, ReportFiles | None, Diagnosis | None]:
+    """Diagnose the run and write its report; a run with no summary gets neither."""
     knee = find_knee(summary.levels if summary else [])
-    scan = save_engine_events(run_dir, watched, died) if watched else None
+    if watched:
+        save_engine_events(run_dir, watched, died)
     if summary is None:
-        return knee, run_dir.path / REPORT_MD_FILE, None
-    diagnosis = _diagnose(run_dir)
+        return knee, None, None
     engine = watched.engine if watched else None
-    gpu_memory = None if engine is None else (engine.gpu_memory_released, engine.gpu_memory_detail)
-    text = render_run_report(
-        summary,
-        knee=knee,
-        engine_command=engine.command if engine else None,
-        probe=probe,
-        engine_log=scan,
-        gpu_memory=gpu_memory,
-        diagnosis=diagnosis,
-    )
-    return knee, run_dir.write_report_md(text), diagnosis
+    if engine is not None and summary.engine is not None:
+        released = {
+            "gpu_memory_released": engine.gpu_memory_released,
+            "gpu_memory_detail": engine.gpu_memory_detail,
+        }
+        run_dir.write_summary(summary.model_copy(update={"engine": summary.engine | released}))
+    diagnosis = _diagnose(run_dir)
+    files = write_report([run_dir.path], targets=config.targets, title=config.title)
+    return knee, files, diagnosis
 
 
 def _diagnose(run_dir: RunDir) -> Diagnosis | None:

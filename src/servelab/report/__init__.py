@@ -1,19 +1,29 @@
-"""Pure renderers: results in, tables and documents out; nothing is printed here."""
+"""Pure renderers: results in, tables and documents out; nothing is printed here.
 
-from servelab.report.markdown import render_run_report
+`write_report` is the one writer: the run's report.html and report.md (report.write).
+"""
+
 from servelab.report.model import render_model_comparison, render_model_report
 from servelab.report.probe import render_probe
 from servelab.report.tables import render_sweep, sweep_header, sweep_rows
-from servelab.report.verdicts import render_verdicts, verdict_markdown
+from servelab.report.targets import TARGETS, Target, TargetResult, evaluate_targets, parse_target
+from servelab.report.verdicts import render_verdicts
+from servelab.report.write import ReportFiles, write_report, write_run_report
 
 __all__ = [
+    "TARGETS",
+    "ReportFiles",
+    "Target",
+    "TargetResult",
+    "evaluate_targets",
+    "parse_target",
     "render_model_comparison",
     "render_model_report",
     "render_probe",
-    "render_run_report",
     "render_sweep",
     "render_verdicts",
     "sweep_header",
     "sweep_rows",
-    "verdict_markdown",
+    "write_report",
+    "write_run_report",
 ]

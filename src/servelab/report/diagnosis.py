@@ -1,7 +1,7 @@
-"""A diagnosis as Rich tables and as Markdown: findings worst first, the layers, the sources.
+"""A diagnosis as Rich tables: findings worst first, the layers, the sources.
 
-Pure renderers: a `Diagnosis` in, renderables or text out; the CLI prints them and
-report.md embeds the Markdown.
+Pure renderers: a `Diagnosis` in, renderables or text out; the CLI prints them (the
+report's findings section is report.sections.findings).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from rich.text import Text
 from servelab.diagnose.document import Diagnosis, GapLayers
 from servelab.diagnose.findings import Evidence, Finding, Severity
 
-__all__ = ["render_diagnosis", "render_diagnosis_markdown", "top_finding_lines"]
+__all__ = ["render_diagnosis", "top_finding_lines"]
 
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "green"}
 _EVIDENCE_SHOWN = 4
@@ -27,42 +27,6 @@ def render_diagnosis(diagnosis: Diagnosis) -> RenderableType:
     parts += [_layers(layers) for layers in diagnosis.layers]
     parts.append(_sources(diagnosis))
     return Group(*parts)
-
-
-def render_diagnosis_markdown(diagnosis: Diagnosis) -> str:
-    """The same as Markdown, for report.md."""
-    lines = [f"Deployment: {diagnosis.deployment or 'not modelled'}.", ""]
-    if not diagnosis.findings:
-        lines += ["No finding: nothing in the evidence stands out.", ""]
-    for i, finding in enumerate(diagnosis.findings, 1):
-        lines += [
-            f"{i}. **{finding.severity.value}** `{finding.kind.value}` "
-            f"({finding.confidence:.0%}): {finding.title}",
-            "",
-            f"   {finding.explanation}",
-            "",
-        ]
-        lines += [f"   - {_evidence_text(e)}" for e in finding.evidence]
-        lines += [f"   - try: {a.text}" for a in finding.actions]
-        if finding.expected_gain is not None:
-            lines.append(f"   - expected: {finding.expected_gain.text}")
-        lines += [f"   - missing: {m}" for m in finding.missing]
-        lines.append("")
-    for layers in diagnosis.layers:
-        lines += [f"Layers at {layers.point} ({_point(layers)}):", ""]
-        lines += ["| layer | ms per token | tok/s per stream | source |", "|---|---|---|---|"]
-        for layer in layers.layers:
-            lines.append(
-                f"| {layer.name} | {_ms(layer.ms_per_token)} | {_rate(layer.tokens_per_s)} | "
-                f"{layer.source if layer.available else layer.note or layer.source} |"
-            )
-        lines += [""] + [
-            f"- {share.share:.0%} of the gap ({share.ms_per_token:,.3g} ms): {share.what}"
-            for share in layers.shares
-        ]
-        lines.append("")
-    lines += [f"- {note}" for note in diagnosis.notes]
-    return "\n".join(lines).rstrip() + "\n"
 
 
 def _findings(diagnosis: Diagnosis) -> Table:

@@ -1,4 +1,4 @@
-"""Probe verdicts rendered once, for the terminal (Rich) and for report.md (Markdown)."""
+"""Probe verdicts for the terminal (Rich); the report draws them in report.sections.machine."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rich.text import Text
 from servelab.core.severity import Severity
 from servelab.probe.verdict import Verdict
 
-__all__ = ["SEVERITY_STYLE", "render_verdicts", "verdict_markdown"]
+__all__ = ["SEVERITY_STYLE", "render_verdicts"]
 
 SEVERITY_STYLE = {
     Severity.CRITICAL: "bold red",
@@ -45,16 +45,3 @@ def render_verdicts(verdicts: Sequence[Verdict]) -> RenderableType:
             parts.append(Text(f"    why it matters: {verdict.meaning}", style="dim"))
             parts.append(Text(f"    try: {verdict.action}"))
     return Group(*parts)
-
-
-def verdict_markdown(verdicts: Sequence[Verdict]) -> list[str]:
-    """Each verdict as one bullet with all its evidence, and what it costs and what to try."""
-    lines: list[str] = []
-    for verdict in verdicts:
-        lines.append(
-            f"- **{verdict.severity.value}** {verdict.title}: {'; '.join(verdict.evidence)}"
-        )
-        if verdict.severity is not Severity.OK:
-            lines.append(f"  - why it matters: {verdict.meaning}")
-            lines.append(f"  - try: {verdict.action}")
-    return lines

@@ -1,0 +1,66 @@
+"""`servelab report`: the state of the union of a run, as report.html and report.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from servelab.cli.exit_codes import handle_errors
+from servelab.cli.options import JsonOutput
+from servelab.report import TARGETS, parse_target, write_report
+
+__all__ = ["Targets", "Title", "report"]
+
+Targets = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--target",
+        help="A goal, NAME=VALUE, repeatable: total=1000 (tok/s), output=300, single=100 "
+        "(single-stream tok/s), per_user=50 (1000/TPOT), goodput=2 (req/s), ttft_p99=2s, "
+        "ttft_p50, tpot_p99=50ms, tpot_p50, itl_p99, e2e_p99, errors=1 (%). Names: "
+        + ", ".join(TARGETS)
+        + ".",
+    ),
+]
+Title = Annotated[str | None, typer.Option(help="The report's title.")]
+
+
+def report(
+    run_dirs: Annotated[
+        list[Path],
+        typer.Argument(help="Run directories (servelab run, bench or import).", show_default=False),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Where report.html, report.md and plots/ go. Default: the run."),
+    ] = None,
+    target: Targets = None,
+    title: Title = None,
+    json_output: JsonOutput = False,
+) -> None:
+    """Write report.html (one self-contained file) and report.md (+ plots/*.png).
+
+    Sections: goal and targets, machine (probe facts and verdicts), engine (version,
+    launch command, spec), results (the sweep table and plots), findings (diagnose and
+    the server's warnings), status (done, open, next).
+    """
+    out_console = Console()
+    err = Console(stderr=True)
+    with handle_errors(err):
+        targets = [parse_target(t) for t in target or []]
+        files = write_report(run_dirs, out=out, targets=targets, title=title)
+        if json_output:
+            out_console.print_json(
+                data={
+                    "html": str(files.html),
+                    "markdown": str(files.markdown),
+                    "plots": [str(p) for p in files.plots],
+                }
+            )
+            return
+        err.print(f"report: {escape(str(files.html))}", highlight=False, soft_wrap=True)
+        err.print(f"markdown: {escape(str(files.markdown))}", highlight=False, soft_wrap=True)

@@ -1,0 +1,104 @@
+"""One run directory as the report reads it: every file, typed, each optional part absent
+with the reason, so a section can say what it could not show.
+
+Only summary.json is required (a run imported from a peer's file may hold nothing else),
+and one that cannot be read is bad input: one ConfigError line. An optional document that
+cannot be read (written by another servelab version, say) is left out with a note, so one
+stale file does not cost the whole report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from servelab.bench.results import BenchSummary
+from servelab.core.errors import ConfigError
+from servelab.diagnose import Diagnosis
+from servelab.engines.signatures import LogScan
+from servelab.probe.report import ProbeReport
+from servelab.store import (
+    DIAGNOSIS_FILE,
+    ENGINE_EVENTS_FILE,
+    METRICS_FILE,
+    PROBE_FILE,
+    REQUESTS_FILE,
+    SUMMARY_FILE,
+    TELEMETRY_FILE,
+    RunDir,
+)
+
+__all__ = ["ReportRun", "load_report_run"]
+
+_Doc = TypeVar("_Doc", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class ReportRun:
+    """What one run directory holds for the report."""
+
+    path: Path
+    summary: BenchSummary
+    probe: ProbeReport | None = None
+    diagnosis: Diagnosis | None = None
+    events: LogScan | None = None
+    records: list[dict[str, Any]] = field(default_factory=list)
+    telemetry_rows: list[dict[str, Any]] = field(default_factory=list)
+    metrics_rows: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.summary.run.name
+
+    @property
+    def engine(self) -> dict[str, Any]:
+        """summary.json's record of a launched engine; empty when none was launched here."""
+        return dict(self.summary.engine or {})
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs sampled for the run (its engine's), else the probe's, else 1."""
+        started = [r for r in self.telemetry_rows if r.get("kind") == "start"]
+        gpus = {r.get("gpu") for r in started if r.get("gpu") is not None}
+        if gpus:
+            return len(gpus)
+        if self.probe is not None and self.probe.gpus is not None and self.probe.gpus.gpus:
+            return len(self.probe.gpus.gpus)
+        return 1
+
+
+def load_report_run(path: Path) -> ReportRun:
+    """Read `path`; a ConfigError where it is not a run directory or a file is not valid."""
+    if not path.is_dir():
+        raise ConfigError(f"no run directory at {path}")
+    run = RunDir(path)
+    summary = run.load_summary(BenchSummary)
+    if summary is None:
+        raise ConfigError(
+            f"{path} has no {SUMMARY_FILE}",
+            hint="report reads run directories written by servelab run, bench or import",
+        )
+    notes: list[str] = []
+    return ReportRun(
+        path=path,
+        summary=summary,
+        probe=_optional(run, PROBE_FILE, ProbeReport, notes),
+        diagnosis=_optional(run, DIAGNOSIS_FILE, Diagnosis, notes),
+        events=_optional(run, ENGINE_EVENTS_FILE, LogScan, notes),
+        records=list(run.iter_jsonl(REQUESTS_FILE)),
+        telemetry_rows=list(run.iter_jsonl(TELEMETRY_FILE)),
+        metrics_rows=list(run.iter_jsonl(METRICS_FILE)),
+        notes=notes,
+    )
+
+
+def _optional(run: RunDir, filename: str, model: type[_Doc], notes: list[str]) -> _Doc | None:
+    try:
+        return run.load(filename, model)
+    except ConfigError as exc:
+        notes.append(f"{filename} left out: {exc}")
+        return None

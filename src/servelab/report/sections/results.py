@@ -1,0 +1,84 @@
+"""Section 4, the results: the sweep table as the CLI prints it, the knee, why the sweep
+ended, and the plots."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from servelab.bench.knee import find_knee
+from servelab.report.document import Block, Bullets, Code, Figure, Paragraph, Section, Table
+from servelab.report.inputs import ReportRun
+from servelab.report.plots import RunPlotInput, build_plots
+from servelab.report.tables import sweep_header, sweep_rows
+
+__all__ = ["plot_input", "results_section"]
+
+
+def results_section(run: ReportRun) -> Section:
+    summary = run.summary
+    levels = summary.levels
+    header = sweep_header(levels)
+    right = frozenset(range(1, len(header)))
+    blocks: list[Block] = [Table(header, sweep_rows(levels), right=right)]
+    if any(s.client.client_bound for s in levels):
+        blocks.append(
+            Paragraph(
+                "* client-bound: the load generator's lag or CPU may have limited it.", "warn"
+            )
+        )
+    knee = find_knee(levels)
+    text = knee.explanation[0].upper() + knee.explanation[1:] + "."
+    blocks.append(Paragraph(text, "info" if knee.found else "plain"))
+    if summary.sweep_stop is not None and summary.sweep_stop.reason != "levels":
+        blocks.append(Paragraph(f"The sweep ended: {summary.sweep_stop.explanation}."))
+    blocks += _what_happened(run)
+    notes = list(summary.run.notes) + [n for s in levels for n in s.notes] + run.notes
+    if notes:
+        blocks.append(Bullets([("plain", n, []) for n in dict.fromkeys(notes)]))
+    plots = build_plots([plot_input(run)])
+    shown = [p for p in plots if p.missing is None]
+    blocks += [Figure(p) for p in shown]
+    absent = [p for p in plots if p.missing is not None]
+    if absent:
+        blocks.append(
+            Bullets([("plain", f"{p.title}: not drawn, {p.missing}", []) for p in absent])
+        )
+    return Section("results", "Results", blocks)
+
+
+def plot_input(run: ReportRun) -> RunPlotInput:
+    return RunPlotInput(
+        label=run.name,
+        levels=run.summary.levels,
+        records=run.records,
+        telemetry_rows=run.telemetry_rows,
+        metrics_rows=run.metrics_rows,
+        gpu_count=run.gpu_count,
+        ceiling_total_tok_s=_ceiling(run),
+    )
+
+
+def _ceiling(run: ReportRun) -> Callable[[int], float | None] | None:
+    """The model's total tok/s at each concurrency, as diagnose computed it."""
+    if run.diagnosis is None or not run.diagnosis.ceiling:
+        return None
+    points = {p.concurrency: p.total_tok_s for p in run.diagnosis.ceiling}
+    return points.get
+
+
+def _what_happened(run: ReportRun) -> list[Block]:
+    summary = run.summary
+    blocks: list[Block] = []
+    if summary.failure:
+        blocks.append(Paragraph(f"The run failed: {summary.failure}.", "bad"))
+    died = run.events.exit if run.events is not None else None
+    if died is not None:
+        blocks += [
+            Paragraph(
+                f"The engine exited during {died.during} with {died.description}; the levels "
+                "before it are kept, later levels were not run. Its last log lines:",
+                "bad",
+            ),
+            Code("\n".join(died.log_tail)),
+        ]
+    return blocks
