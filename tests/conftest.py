@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,3 +43,27 @@ def start_sim(tmp_path: Path) -> Iterator[Callable[..., RunningEngine]]:
     yield start
     for engine in started:
         engine.stop()
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """`servelab run` with no options (the demo), as a subprocess: its folder and output."""
+
+    out: Path
+    result: subprocess.CompletedProcess[str]
+    elapsed_s: float
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """One real demo run (the embedded engine, the adaptive sweep, diagnose, the report),
+    shared by every test that reads what it wrote."""
+    out = tmp_path_factory.mktemp("demo") / "run"
+    started = time.monotonic()
+    result = subprocess.run(
+        [*SERVELAB, "run", "--out", str(out), "--target", "single=100", "--target", "ttft_p99=2s"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return DemoRun(out=out, result=result, elapsed_s=time.monotonic() - started)

@@ -18,6 +18,9 @@
 #             swept by `servelab run` with GPU telemetry
 #   diagnose  h200-ref under `servelab run` with transformers serve's defaults and with
 #             CUDA graphs on, each followed by `servelab diagnose` on its run directory
+#   report    h200-ref under `servelab run`'s adaptive sweep (from 1, doubling until two
+#             levels past the knee) with GPU telemetry, targets, diagnose and the report
+#             (report.html, report.md, plots/) written into the run directory
 # Logs and results, tarred, go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -105,6 +108,14 @@ if [[ " $PARTS " == *" diagnose "* ]]; then
         COLUMNS=160 python3 -m servelab diagnose "$LOGS/diagnose-$variant" \
             > "$LOGS/diagnose-$variant.txt" 2>&1
     done
+fi
+
+if [[ " $PARTS " == *" report "* ]]; then
+    timed report timeout -s INT "${RUN_LIMIT_S:-480}" python3 -m servelab run \
+        --preset h200-ref --duration "${LEVEL_DURATION:-15s}" --input-len 512 --output-len 64 \
+        --max-concurrency "${MAX_CONCURRENCY:-512}" --gpus 0 --target single=100 \
+        --target total=5000 --target ttft_p99=2s --title "h200-ref on one H200" \
+        --out "$LOGS/report-run"
 fi
 
 nvidia-smi --query-gpu=memory.used --format=csv >> "$LOGS/env.txt" 2>&1

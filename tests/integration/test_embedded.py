@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from servelab.bench.workload import WorkloadSpec
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import RunningEngine, launch_engine
 from servelab.probe.nvml import open_nvml_with_reason
-from tests.conftest import SERVELAB
+from tests.conftest import SERVELAB, DemoRun
 
 pytestmark = pytest.mark.slow
 
@@ -83,15 +82,10 @@ def _gpus_nvml_sees() -> int:
         source.close()
 
 
-def test_servelab_run_end_to_end(tmp_path: Path):
-    out = tmp_path / "run"
-    started = time.monotonic()
-    result = subprocess.run(
-        [*SERVELAB, "run", "--out", str(out)], capture_output=True, text=True, timeout=600
-    )
-    elapsed = time.monotonic() - started
+def test_servelab_run_end_to_end(demo_run: DemoRun):
+    out, result = demo_run.out, demo_run.result
     assert result.returncode == 0, result.stderr[-2000:]
-    assert elapsed < 180
+    assert demo_run.elapsed_s < 180
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "complete"
     # the adaptive sweep: from 1, doubling, until two levels past the knee it found

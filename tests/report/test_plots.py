@@ -135,6 +135,14 @@ def test_the_ceiling_is_the_models_value_at_each_concurrency_where_it_gives_one(
     assert plot.notes == ()
 
 
+def test_throughput_goes_log_when_a_far_ceiling_would_flatten_the_measured_curve():
+    near = plot_of("throughput", run(levels=sweep(1, 4), ceiling_total_tok_s=lambda c: 150.0 * c))
+    assert (near.panels[0].y_scale, near.panels[0].y_min) == ("linear", 0)
+    # measured 100-400 tok/s against a ceiling of 100,000 per stream: 1000x apart
+    far = plot_of("throughput", run(levels=sweep(1, 4), ceiling_total_tok_s=lambda c: 1e5 * c))
+    assert (far.panels[0].y_scale, far.panels[0].y_min) == ("log", None)
+
+
 def test_without_a_model_there_is_no_ceiling_and_a_note_says_so():
     plot = plot_of("throughput", run())
     assert all(line.role != "ceiling" for line in plot.lines())

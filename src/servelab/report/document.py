@@ -93,4 +93,6 @@ class Report:
     subtitle: str
     sections: list[Section]
     generator: str
+    headline: list[tuple[Tone, str]] = field(default_factory=list)
+    """The answer first: best throughput, single stream, knee, targets, top finding."""
     """servelab's version and the time it was written, for the footer."""

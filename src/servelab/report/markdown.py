@@ -35,6 +35,8 @@ def render_markdown(report: Report) -> tuple[str, list[Plot]]:
     """The text, and the plots it refers to as `plots/<key>.png` (for the caller to write)."""
     plots: list[Plot] = []
     lines = [f"# {_text(report.title)}", "", _text(report.subtitle), ""]
+    if report.headline:
+        lines += [f"- {_MARK[tone]}{_text(text)}" for tone, text in report.headline] + [""]
     lines.append(" · ".join(f"[{_text(s.title)}](#{s.key})" for s in report.sections))
     for number, section in enumerate(report.sections, 1):
         lines += ["", f'<a id="{section.key}"></a>', "", f"## {number}. {_text(section.title)}"]

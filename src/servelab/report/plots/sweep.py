@@ -67,10 +67,24 @@ def throughput_plot(runs: Sequence[RunPlotInput]) -> Plot:
         title=f"Throughput by {axis.by}",
         caption=caption,
         runs=_labels(runs),
-        panels=(Panel("throughput", axis.label, "throughput (tok/s)", x_scale="log2", y_min=0),),
+        panels=(_throughput_panel(axis.label, series),),
         series=tuple(series),
         notes=tuple(notes),
         missing=None if series else _no_levels(runs, axis),
+    )
+
+
+def _throughput_panel(x_label: str, series: Sequence[Line]) -> Panel:
+    """Log y when the values span 30x or more (a far ceiling, a sweep from 1 to 512), so
+    neither the measured curve nor its low levels flatten against the axis."""
+    scale = scale_for([y for line in series for y in line.y])
+    return Panel(
+        "throughput",
+        x_label,
+        "throughput (tok/s)",
+        x_scale="log2",
+        y_scale=scale,
+        y_min=None if scale == "log" else 0,
     )
 
 

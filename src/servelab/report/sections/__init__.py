@@ -11,6 +11,7 @@ from servelab.report.inputs import ReportRun
 from servelab.report.sections.engine import engine_section
 from servelab.report.sections.findings import findings_section
 from servelab.report.sections.goal import goal_section
+from servelab.report.sections.headline import headline
 from servelab.report.sections.machine import machine_section
 from servelab.report.sections.results import results_section
 from servelab.report.sections.status import status_section
@@ -38,4 +39,5 @@ def build_report(
             status_section(run, targets),
         ],
         generator=f"servelab {__version__}, {stamp}",
+        headline=headline(run, targets),
     )

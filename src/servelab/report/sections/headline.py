@@ -1,0 +1,54 @@
+"""The report's first lines: the answer before the evidence.
+
+Best total throughput and where, the single stream, the knee, the targets met, and the
+top finding with its first action — what a reader would otherwise piece together from
+all six sections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from servelab.bench.knee import find_knee
+from servelab.report.document import Tone
+from servelab.report.inputs import ReportRun
+from servelab.report.sections._common import load_text, tone_of
+from servelab.report.targets import Target, evaluate_targets
+
+__all__ = ["headline"]
+
+
+def headline(run: ReportRun, targets: Sequence[Target]) -> list[tuple[Tone, str]]:
+    levels = [s for s in run.summary.levels if s.completed > 0]
+    if not levels:
+        return [("bad", "No level completed a request: there is nothing to report yet.")]
+    best = max(levels, key=lambda s: s.total_throughput)
+    lines: list[tuple[Tone, str]] = [
+        (
+            "plain",
+            f"Best: {best.total_throughput:,.0f} tok/s total ({best.output_throughput:,.0f} "
+            f"output) at {load_text(best)}.",
+        )
+    ]
+    single = next((s for s in levels if s.single_stream_tok_s is not None), None)
+    if single is not None and single.single_stream_tok_s is not None:
+        lines.append(("plain", f"Single stream: {single.single_stream_tok_s:,.1f} tok/s."))
+    knee = find_knee(levels)
+    lines.append(
+        (
+            "info" if knee.found else "plain",
+            knee.explanation[:1].upper() + knee.explanation[1:] + ".",
+        )
+    )
+    results = evaluate_targets(targets, levels)
+    if results:
+        missed = [r.target.text for r in results if not r.met]
+        tone: Tone = "bad" if missed else "good"
+        text = f"Targets: {len(results) - len(missed)} of {len(results)} met"
+        lines.append((tone, text + (f"; not met: {', '.join(missed)}." if missed else ".")))
+    top = run.diagnosis.top if run.diagnosis is not None else None
+    if top is not None:
+        lines.append((tone_of(top.severity), f"Top finding: {top.title}."))
+        if top.actions:
+            lines.append(("plain", f"Try first: {top.actions[0].text}"))
+    return lines

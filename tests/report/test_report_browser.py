@@ -1,0 +1,97 @@
+"""The report of a real embedded run, opened in headless Chromium with every host unresolvable:
+it renders, it asks for nothing outside itself, and a hostile name never runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from servelab.report import parse_target, write_report
+from tests.conftest import DemoRun
+from tests.report.browser import (
+    PageRender,
+    body_attributes,
+    is_blank,
+    render_page,
+    require_chromium,
+)
+
+# Both would mark <body> if they ever ran as markup.
+SCRIPT = "<script>document.body.setAttribute('data-pwned','script')</script>"
+IMAGE = "<img src=x onerror=\"document.body.setAttribute('data-pwned','img')\">"
+
+_RESOURCE_ATTRIBUTES = frozenset({"src", "href", "xlink:href", "action", "srcset", "data"})
+
+
+class _References(HTMLParser):
+    """Every attribute of a real tag that can make a page load something."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.found += [v or "" for k, v in attrs if k in _RESOURCE_ATTRIBUTES]
+
+
+def _references(html: str) -> list[str]:
+    parser = _References()
+    parser.feed(html)
+    return parser.found
+
+
+@pytest.fixture(scope="module")
+def hostile_run(demo_run: DemoRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's run, its model and a note renamed to the payloads, reported again."""
+    assert demo_run.result.returncode == 0, demo_run.result.stderr[-2000:]
+    run = tmp_path_factory.mktemp("hostile") / "run"
+    shutil.copytree(demo_run.out, run)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["run"]["target"]["model"] = SCRIPT
+    summary["run"]["notes"].append(IMAGE)
+    (run / "summary.json").write_text(json.dumps(summary))
+    write_report([run], targets=[parse_target("total=1")], title=f"{SCRIPT} {IMAGE}")
+    return run
+
+
+@pytest.fixture(scope="module")
+def page(hostile_run: Path, tmp_path_factory: pytest.TempPathFactory) -> PageRender:
+    chromium = require_chromium()
+    return render_page(chromium, hostile_run / "report.html", tmp_path_factory.mktemp("chromium"))
+
+
+def test_the_report_renders_to_a_screenshot_that_is_not_blank(page: PageRender):
+    assert page.screenshot.stat().st_size > 10_000
+    assert not is_blank(page.screenshot)
+    for section in ("Goal and targets", "Machine", "Engine", "Results", "Findings", "Status"):
+        assert section in page.dom
+
+
+def test_the_page_asks_for_nothing_outside_itself(page: PageRender, hostile_run: Path):
+    assert not page.requests and not page.failed_loads and not page.wire
+    html = (hostile_run / "report.html").read_text()
+    # Other file:// loads bypass the NetLog: no attribute may point anywhere but inside.
+    references = _references(html)
+    assert references and all(ref.startswith("#") for ref in references), references
+    assert "@import" not in html and not re.search(r"url\((?!#)", html)
+    assert "<svg" in html and "<script" not in html.lower()
+
+
+def test_a_hostile_model_name_title_and_note_never_run(page: PageRender):
+    assert "data-pwned" not in body_attributes(page.dom)
+    # ... and are shown as the text they are
+    assert "&lt;script&gt;document.body.setAttribute" in page.dom
+    assert "&lt;img src=x onerror=" in page.dom
+
+
+def test_the_markdown_shows_the_payloads_as_text(hostile_run: Path):
+    text = (hostile_run / "report.md").read_text()
+    assert "<script" not in text and "<img" not in text
+    assert "&lt;script&gt;" in text
+    for link in re.findall(r"\]\((plots/[^)]+)\)", text):
+        assert (hostile_run / link).read_bytes().startswith(b"\x89PNG")
