@@ -292,7 +292,24 @@ def test_a_registered_secret_never_reaches_the_report(
     write_run(run_dir, summary)  # written as is, as a peer's tool would
     assert secret in (run_dir / "summary.json").read_text()
     files = write_report([run_dir], out=tmp_path / "out")
-    for path in (files.html, files.markdown):
-        text = path.read_text()
-        assert secret not in text
-        assert f"started with --api-key {redact.MASK} by mistake" in text
+    html, markdown = files.html.read_text(), files.markdown.read_text()
+    assert secret not in html and secret not in markdown
+    assert f"started with --api-key {redact.MASK} by mistake" in html
+    assert "started with --api-key \\*\\*\\* by mistake" in markdown  # escaped as Markdown
+
+
+@pytest.mark.parametrize("secret", ["hf_PlantedToken0123", "pa&ss<word>'42"])
+def test_a_secret_with_markup_characters_never_reaches_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secret: str
+):
+    """An HF token (hf_...) would be escaped to hf\\_... in report.md before the file's
+    scrubber saw it: strings are scrubbed before they are escaped."""
+    monkeypatch.setattr(redact, "_secrets", set())
+    redact.register_secret(secret)
+    run_dir = write_run(tmp_path / "run", bench_summary(notes=[f"token {secret} here"]))
+    files = write_report([run_dir], out=tmp_path / "out")
+    html, markdown = files.html.read_text(), files.markdown.read_text()
+    assert f"token {redact.MASK} here" in html
+    assert "token \\*\\*\\* here" in markdown  # the mask, escaped as Markdown shows it
+    for text in (html, markdown):
+        assert "PlantedToken" not in text and "ss&lt;word" not in text and "ss<word" not in text

@@ -17,6 +17,8 @@ from servelab.cli import app
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import launch_engine
 from tests.conftest import SERVELAB
+from tests.diagnose.builders import write_run
+from tests.report.builders import bench_summary
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -167,3 +169,20 @@ def test_corrupt_optional_files_are_left_out_with_a_note(run_copy: Path):
         assert f"{name} left out: " in html
     assert "Not diagnosed" in markdown
     assert "No probe.json in the run" in markdown
+
+
+@pytest.mark.parametrize(
+    ("name", "row"),
+    [
+        ("requests.jsonl", {"level": 0, "ok": True, "warmup": False}),
+        ("telemetry.jsonl", {"kind": "gpu", "gpu": 0}),
+        ("metrics.jsonl", {"kind": "metrics", "running": 3}),
+    ],
+)
+def test_a_jsonl_row_of_another_shape_does_not_fail_the_report(tmp_path: Path, name: str, row):
+    """A stale requests.jsonl or telemetry.jsonl row costs its plots a row, not the report."""
+    run_dir = write_run(tmp_path / "run", bench_summary())
+    (run_dir / name).write_text(json.dumps(row) + "\n")
+    result = CliRunner().invoke(app, ["report", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert f"{name}: 1 row" in (run_dir / "report.md").read_text()

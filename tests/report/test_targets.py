@@ -167,3 +167,10 @@ def test_targets_are_judged_in_the_order_given():
     results = evaluate_targets(targets, sweep())
     assert [r.target.name for r in results] == ["ttft_p99", "total"]
     assert [r.met for r in results] == [True, False]
+
+
+@pytest.mark.parametrize("text", ["total=50%", "single=100%", "goodput=2%"])
+def test_a_percent_is_refused_where_the_unit_is_not_percent(text: str):
+    """Only `errors` is in %: total=50% is not 50 tok/s."""
+    with pytest.raises(ConfigError, match="%"):
+        parse_target(text)

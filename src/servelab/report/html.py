@@ -13,6 +13,7 @@ from functools import cache
 from importlib.resources import files
 from typing import TYPE_CHECKING
 
+from servelab.core.redact import scrub
 from servelab.report.document import Report
 from servelab.report.plots import Plot, render_svg
 
@@ -38,8 +39,7 @@ def _environment() -> Environment:
     env = Environment(
         loader=PackageLoader("servelab.report", "templates"),
         autoescape=select_autoescape(["html", "j2"], default_for_string=True, default=True),
-        trim_blocks=False,
-        lstrip_blocks=False,
+        finalize=_scrubbed,
     )
     env.filters["kind"] = lambda block: type(block).__name__.lower()
 
@@ -48,3 +48,13 @@ def _environment() -> Environment:
 
     env.filters["svg"] = svg
     return env
+
+
+def _scrubbed(value: object) -> object:
+    """Secrets masked before autoescaping: escaped, the file's scrubber would miss them.
+    Markup (the plots) is already final."""
+    from markupsafe import Markup
+
+    if isinstance(value, Markup) or not isinstance(value, str):
+        return value
+    return scrub(value)

@@ -9,6 +9,7 @@ stale file does not cost the whole report.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -89,11 +90,54 @@ def load_report_run(path: Path) -> ReportRun:
         probe=_optional(run, PROBE_FILE, ProbeReport, notes),
         diagnosis=_optional(run, DIAGNOSIS_FILE, Diagnosis, notes),
         events=_optional(run, ENGINE_EVENTS_FILE, LogScan, notes),
-        records=list(run.iter_jsonl(REQUESTS_FILE)),
-        telemetry_rows=list(run.iter_jsonl(TELEMETRY_FILE)),
-        metrics_rows=list(run.iter_jsonl(METRICS_FILE)),
+        records=_rows(run, REQUESTS_FILE, _is_record, notes),
+        telemetry_rows=_rows(run, TELEMETRY_FILE, _is_sample, notes),
+        metrics_rows=_rows(run, METRICS_FILE, _is_sample, notes),
         notes=notes,
     )
+
+
+def _rows(
+    run: RunDir, filename: str, valid: Callable[[dict[str, Any]], bool], notes: list[str]
+) -> list[dict[str, Any]]:
+    """The rows the plots can read; others (another servelab's, a hand edit's) are noted."""
+    rows, dropped = [], 0
+    for row in run.iter_jsonl(filename):
+        if valid(row):
+            rows.append(row)
+        else:
+            dropped += 1
+    if dropped:
+        notes.append(f"{filename}: {dropped} row(s) of another shape left out of the plots")
+    return rows
+
+
+def _ints(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) for v in value)
+
+
+def _is_record(row: dict[str, Any]) -> bool:
+    """A requests.jsonl row with what the plots read (RequestRecord.to_json)."""
+    tokens = row.get("chunk_tokens")
+    return (
+        all(isinstance(row.get(k), int) for k in ("level", "t_send_ns", "t_end_ns"))
+        and all(isinstance(row.get(k), bool) for k in ("ok", "warmup"))
+        and _ints(row.get("chunk_offsets_ns", []))
+        and (tokens is None or (_ints(tokens) and len(tokens) == len(row["chunk_offsets_ns"])))
+    )
+
+
+_STAMPED = frozenset({"gpu", "gpm", "pcie", "metrics", "start"})
+
+
+def _is_sample(row: dict[str, Any]) -> bool:
+    """A telemetry or metrics row: samples carry their time (and GPU), the rest a reason."""
+    kind = row.get("kind")
+    if kind in _STAMPED and not isinstance(row.get("t_ns"), int | float):
+        return False
+    if kind in {"gpu", "gpm", "pcie"} and not isinstance(row.get("gpu"), int):
+        return False
+    return kind != "unavailable" or isinstance(row.get("reason"), str)
 
 
 def _optional(run: RunDir, filename: str, model: type[_Doc], notes: list[str]) -> _Doc | None:

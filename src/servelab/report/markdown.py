@@ -1,14 +1,15 @@
 """report.md: the same report as Markdown, its plots as PNG files beside it.
 
-Every string is escaped for Markdown and for the HTML a Markdown viewer lets through
-(`<`, `>`, `&`), and table cells for `|`; code goes into fences longer than any run of
-backticks inside it.
+Every string is scrubbed of secrets, then escaped for Markdown and for the HTML a
+Markdown viewer lets through (`<`, `>`, `&`), and table cells for `|`; code goes into
+fences longer than any run of backticks inside it.
 """
 
 from __future__ import annotations
 
 import re
 
+from servelab.core.redact import scrub
 from servelab.report.document import (
     Block,
     Bullets,
@@ -69,8 +70,9 @@ def _block(block: Block, plots: list[Plot]) -> list[str]:
     if isinstance(block, Table):
         return _table(block)
     if isinstance(block, Code):
-        fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", block.text)), default=0))
-        return [fence + block.language, block.text.rstrip("\n"), fence]
+        ticks = (len(m) for m in re.findall(r"`+", block.text))
+        fence = "`" * max(3, 1 + max(ticks, default=0))
+        return [fence + block.language, scrub(block.text).rstrip("\n"), fence]
     if isinstance(block, Figure):
         plots.append(block.plot)
         path = f"{PLOTS_DIR}/{block.plot.key}.png"
@@ -100,8 +102,9 @@ def _table(table: Table) -> list[str]:
 
 
 def _text(text: str) -> str:
-    """Plain text as Markdown that shows it as written."""
-    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Plain text as Markdown that shows it as written, secrets masked first (escaped, a
+    secret would no longer be found by the file's scrubber)."""
+    escaped = scrub(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _SPECIAL.sub(r"\\\1", escaped)
 
 

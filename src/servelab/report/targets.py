@@ -102,8 +102,11 @@ def parse_target(text: str) -> Target:
     if kind.duration:
         value = parse_duration_s(raw, what=f"target {name}") * MS_PER_S
     else:
+        number = raw.removesuffix("%") if kind.unit == "%" else raw
+        if "%" in number:
+            raise ConfigError(f"target {name} is in {kind.unit}, not %: {raw!r}")
         try:
-            value = float(raw.removesuffix("%").replace(",", "").replace("_", ""))
+            value = float(number.replace(",", "").replace("_", ""))
         except ValueError:
             raise ConfigError(f"target {name}: {raw!r} is not a number") from None
     if not math.isfinite(value) or value < 0:

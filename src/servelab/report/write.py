@@ -63,6 +63,8 @@ def write_run_report(
     written = [
         target.write_bytes(f"{PLOTS_DIR}/{plot.key}.png", render_png(plot)) for plot in plots
     ]
+    for stale in set((out / PLOTS_DIR).glob("*.png")) - set(written):
+        stale.unlink()  # a plot the new report no longer draws
     markdown = target.write_text(REPORT_MD_FILE, text)
     html = target.write_text(REPORT_HTML_FILE, render_html(report))
     return ReportFiles(html=html, markdown=markdown, plots=written)

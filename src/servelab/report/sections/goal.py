@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from servelab.report.document import Paragraph, Section, Table, Tone
+from servelab.report.document import Block, Paragraph, Section, Table, Tone
 from servelab.report.inputs import ReportRun
 from servelab.report.targets import Target, evaluate_targets
 
@@ -22,13 +22,19 @@ def goal_section(run: ReportRun, targets: Sequence[Target]) -> Section:
         )
         if value is not None
     )
-    blocks: list = [
-        Paragraph(
-            f"Endpoint {run_info.target.get('url')} ({run_info.target.get('api')} API), model "
-            f"{run_info.target.get('model')}, engine {run_info.target.get('engine')}; workload "
-            f"{workload.get('dataset')}" + (f", {lengths}" if lengths else "") + "."
-        )
+    target = run_info.target
+    where = [
+        f"{target['url']}" + (f" ({target['api']} API)" if target.get("api") else "")
+        if target.get("url")
+        else None,
+        f"model {target['model']}" if target.get("model") else None,
+        f"engine {target['engine']}" if target.get("engine") else None,
     ]
+    what = [f"workload {workload['dataset']}" if workload.get("dataset") else None, lengths]
+    text = "Endpoint " + ", ".join(p for p in where if p)
+    if any(what):
+        text += "; " + ", ".join(p for p in what if p)
+    blocks: list[Block] = [Paragraph(text + ".")]
     if not targets:
         blocks.append(
             Paragraph(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from servelab.bench.knee import find_knee
+from servelab.core.redact import scrub
 from servelab.report.document import Block, Bullets, Code, Figure, Paragraph, Section, Table
 from servelab.report.inputs import ReportRun
 from servelab.report.plots import RunPlotInput, build_plots
@@ -48,7 +49,7 @@ def results_section(run: ReportRun) -> Section:
 
 def plot_input(run: ReportRun) -> RunPlotInput:
     return RunPlotInput(
-        label=run.name,
+        label=scrub(run.name),
         levels=run.summary.levels,
         records=run.records,
         telemetry_rows=run.telemetry_rows,
