@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.core.errors import ConfigError
+from servelab.report.compare import build_comparison
+from servelab.report.document import Report
 from servelab.report.html import render_html
 from servelab.report.inputs import ReportRun, load_report_run
 from servelab.report.markdown import PLOTS_DIR, render_markdown
@@ -36,28 +38,34 @@ def write_report(
     targets: Sequence[Target] = (),
     title: str | None = None,
 ) -> ReportFiles:
-    """The report of the run in `run_dirs[0]`, written into `out` (default: that run)."""
+    """The report of one run, written into `out` (default: that run), or of several
+    compared with the first (default: a folder beside the first, `compare-A-vs-B`)."""
     if not run_dirs:
         raise ConfigError("give at least one run directory")
-    if len(run_dirs) > 1:
-        raise ConfigError(
-            "one run directory per report for now",
-            hint="comparing runs side by side is the next step of servelab report",
-        )
-    run = load_report_run(run_dirs[0])
-    return write_run_report(run, out=out or run.path, targets=targets, title=title)
+    runs = [load_report_run(path) for path in run_dirs]
+    if len(runs) == 1:
+        return write_run_report(runs[0], out=out or runs[0].path, targets=targets, title=title)
+    if len({path.resolve() for path in run_dirs}) < len(run_dirs):
+        raise ConfigError("a run directory is given twice: compare different runs")
+    folder = out or runs[0].path.parent / (
+        "compare-" + "-vs-".join(p.resolve().name for p in run_dirs)
+    )
+    return _write(build_comparison(runs, targets=targets, title=title), folder)
 
 
 def write_run_report(
     run: ReportRun, *, out: Path, targets: Sequence[Target] = (), title: str | None = None
 ) -> ReportFiles:
     """Render `run` into `out`: report.html, report.md and plots/<key>.png."""
+    return _write(build_report(run, targets=targets, title=title), out)
+
+
+def _write(report: Report, out: Path) -> ReportFiles:
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / PLOTS_DIR).mkdir(exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot write the report into {out}: {exc.strerror}") from None
-    report = build_report(run, targets=targets, title=title)
     target = RunDir(out)
     text, plots = render_markdown(report)
     written = [

@@ -12,10 +12,10 @@ from servelab.report.inputs import ReportRun
 from servelab.report.plots import RunPlotInput, build_plots
 from servelab.report.tables import sweep_header, sweep_rows
 
-__all__ = ["plot_input", "results_section"]
+__all__ = ["figures", "plot_input", "results_section"]
 
 
-def results_section(run: ReportRun) -> Section:
+def results_section(run: ReportRun, *, plots: bool = True) -> Section:
     summary = run.summary
     levels = summary.levels
     header = sweep_header(levels)
@@ -36,20 +36,26 @@ def results_section(run: ReportRun) -> Section:
     notes = list(summary.run.notes) + [n for s in levels for n in s.notes] + run.notes
     if notes:
         blocks.append(Bullets([("plain", n, []) for n in dict.fromkeys(notes)]))
-    plots = build_plots([plot_input(run)])
-    shown = [p for p in plots if p.missing is None]
-    blocks += [Figure(p) for p in shown]
+    if plots:
+        blocks += figures([plot_input(run)])
+    return Section("results", "Results", blocks)
+
+
+def figures(inputs: list[RunPlotInput]) -> list[Block]:
+    """Each plot with data as a Figure; the others in one list with the reason."""
+    plots = build_plots(inputs)
+    blocks: list[Block] = [Figure(p) for p in plots if p.missing is None]
     absent = [p for p in plots if p.missing is not None]
     if absent:
         blocks.append(
             Bullets([("plain", f"{p.title}: not drawn, {p.missing}", []) for p in absent])
         )
-    return Section("results", "Results", blocks)
+    return blocks
 
 
-def plot_input(run: ReportRun) -> RunPlotInput:
+def plot_input(run: ReportRun, label: str | None = None) -> RunPlotInput:
     return RunPlotInput(
-        label=scrub(run.name),
+        label=scrub(label or run.name),
         levels=run.summary.levels,
         records=run.records,
         telemetry_rows=run.telemetry_rows,

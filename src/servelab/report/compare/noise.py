@@ -1,0 +1,137 @@
+"""How much of a difference between two runs is noise: a bootstrap over their requests.
+
+Each compared statistic of a level (throughput, single-stream tok/s, TTFT and TPOT
+percentiles) is recomputed on resamples of the level's own requests, for each run apart,
+and the band is the 2.5th–97.5th percentile of the ratio B / A over the resamples.
+
+Requests are resampled in blocks of consecutive sends, one block per `concurrency`
+requests, because requests that ran together share a batch and are not independent; a
+slow moment then moves a whole block, as it moved the run. Throughput of a closed loop is
+the concurrency over the mean latency (Little's law), so a resample moves it by
+mean E2E / resampled mean E2E; an open loop's throughput is the arrivals', and a resample
+moves it by its share of the tokens.
+
+A resample cannot see a level that drifts while it runs (an engine thrashing past its
+knee, a neighbour taking the CPU), and a repeat of such a level lands elsewhere: the band
+is therefore widened by the level's own drift, how far the statistic on its second half of
+requests lies from that on its first half, the larger of the two runs'. A steady level
+keeps a narrow band; an unsteady one cannot be compared precisely, and its band says so.
+A verdict also asks for a minimum effect (verdicts.MIN_EFFECT).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from servelab.bench.results import LevelSummary
+
+__all__ = ["BOOTSTRAP_RESAMPLES", "Band", "LevelSample", "level_sample", "ratio_band"]
+
+BOOTSTRAP_RESAMPLES = 1000
+_NS_PER_MS = 1e6
+
+
+@dataclass(frozen=True)
+class LevelSample:
+    """One level's measured requests, as arrays in send order."""
+
+    level: LevelSummary
+    ttft_ms: np.ndarray
+    e2e_ms: np.ndarray
+    output_tokens: np.ndarray
+    total_tokens: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return len(self.e2e_ms)
+
+    @property
+    def block(self) -> int:
+        return max(1, min(self.level.max_concurrency or 1, self.size))
+
+
+@dataclass(frozen=True)
+class Band:
+    """The bootstrap band of B / A: `lo` and `hi` around the measured `ratio`."""
+
+    ratio: float
+    lo: float
+    hi: float
+    drift: float
+    """The larger of the two levels' drift between their halves, which widened the band."""
+
+    def excludes_one(self) -> bool:
+        return self.lo > 1 or self.hi < 1
+
+
+Statistic = Callable[[LevelSample, np.ndarray], float]
+"""A statistic of a level on the requests at the given indices."""
+
+
+def level_sample(level: LevelSummary, records: Sequence[dict[str, Any]]) -> LevelSample | None:
+    """The level's completed, measured requests with text, or None where there are none."""
+    rows = sorted(
+        (
+            r
+            for r in records
+            if r.get("level") == level.level
+            and r.get("ok")
+            and not r.get("warmup")
+            and r.get("chunk_offsets_ns")
+        ),
+        key=lambda r: r["t_send_ns"],
+    )
+    if len(rows) < 2:
+        return None
+    return LevelSample(
+        level=level,
+        ttft_ms=np.array([r["chunk_offsets_ns"][0] / _NS_PER_MS for r in rows]),
+        e2e_ms=np.array([r["chunk_offsets_ns"][-1] / _NS_PER_MS for r in rows]),
+        output_tokens=np.array([float(r.get("output_tokens") or 0) for r in rows]),
+        total_tokens=np.array(
+            [float((r.get("output_tokens") or 0) + (r.get("prompt_tokens") or 0)) for r in rows]
+        ),
+    )
+
+
+def ratio_band(a: LevelSample, b: LevelSample, statistic: Statistic, *, seed: int = 0) -> Band:
+    """The band of statistic(B) / statistic(A) over block resamples of each."""
+    rng = np.random.default_rng(seed)
+    measured = statistic(b, np.arange(b.size)) / statistic(a, np.arange(a.size))
+    ratios = np.array(
+        [
+            statistic(b, _resample(b, rng)) / statistic(a, _resample(a, rng))
+            for _ in range(BOOTSTRAP_RESAMPLES)
+        ]
+    )
+    ratios = ratios[np.isfinite(ratios)]
+    if not len(ratios):
+        return Band(ratio=float(measured), lo=float("nan"), hi=float("nan"), drift=0.0)
+    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    drift = max(_drift(a, statistic), _drift(b, statistic))
+    return Band(
+        ratio=float(measured), lo=float(lo) * (1 - drift), hi=float(hi) * (1 + drift), drift=drift
+    )
+
+
+def _drift(sample: LevelSample, statistic: Statistic) -> float:
+    """|statistic(second half) / statistic(first half) - 1|, 0 where it is undefined."""
+    half = sample.size // 2
+    if half < 2:
+        return 0.0
+    first = statistic(sample, np.arange(half))
+    second = statistic(sample, np.arange(half, sample.size))
+    drift = abs(second / first - 1) if first else 0.0
+    return float(min(drift, 0.9)) if np.isfinite(drift) else 0.0
+
+
+def _resample(sample: LevelSample, rng: np.random.Generator) -> np.ndarray:
+    """Indices of a resample: whole blocks of consecutive sends, drawn with replacement."""
+    n, size = sample.size, sample.block
+    starts = np.arange(0, n, size)
+    chosen = rng.choice(starts, size=len(starts), replace=True)
+    return np.concatenate([np.arange(s, min(s + size, n)) for s in chosen])

@@ -1,0 +1,199 @@
+"""Run B against run A, metric by metric at every load both ran: the change, its noise
+band, and a verdict a person can repeat ("+56% total tok/s at concurrency 64, outside
+noise").
+
+A change is *outside noise* when its bootstrap band (compare.noise) leaves 1 out and it
+is at least MIN_EFFECT: the band is drawn within each run, and repeating a run on the
+same machine moves a level by a few percent more than that band shows (benchmarks/
+README.md: repeated demo runs differ by up to ~2.5% at concurrency 1–4). Where a run has
+only level summaries (an import of a peer's file), the change is shown and no band is
+drawn, and the verdict says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from servelab.bench.results import LevelSummary
+from servelab.report.compare.noise import Band, LevelSample, level_sample, ratio_band
+from servelab.report.inputs import ReportRun
+
+__all__ = ["METRICS", "MIN_EFFECT", "CompareMetric", "MetricDelta", "compare_runs"]
+
+MIN_EFFECT = 0.05
+
+Verdict = Literal["better", "worse", "within noise", "no band"]
+
+
+def _tpot_ms(s: LevelSample, idx: np.ndarray) -> np.ndarray:
+    out = s.output_tokens[idx]
+    keep = out > 1
+    return ((s.e2e_ms[idx] - s.ttft_ms[idx])[keep]) / (out[keep] - 1)
+
+
+def _rate(field: str) -> Callable[[LevelSample, np.ndarray], float]:
+    """A throughput of the level moved as the resample moves it (noise.py)."""
+
+    def statistic(s: LevelSample, idx: np.ndarray) -> float:
+        value = float(getattr(s.level, field))
+        if s.level.max_concurrency is not None:
+            return value * float(np.mean(s.e2e_ms) / np.mean(s.e2e_ms[idx]))
+        tokens = s.total_tokens if field == "total_throughput" else s.output_tokens
+        return value * float(np.mean(tokens[idx]) / np.mean(tokens))
+
+    return statistic
+
+
+def _single(s: LevelSample, idx: np.ndarray) -> float:
+    return float(np.mean(s.output_tokens[idx] / (s.e2e_ms[idx] / 1000)))
+
+
+def _percentile(what: str, q: float) -> Callable[[LevelSample, np.ndarray], float]:
+    def statistic(s: LevelSample, idx: np.ndarray) -> float:
+        values = s.ttft_ms[idx] if what == "ttft" else _tpot_ms(s, idx)
+        return float(np.percentile(values, q)) if len(values) else float("nan")
+
+    return statistic
+
+
+@dataclass(frozen=True)
+class CompareMetric:
+    name: str
+    unit: str
+    higher_is_better: bool
+    read: Callable[[LevelSummary], float | None]
+    statistic: Callable[[LevelSample, np.ndarray], float]
+    single_only: bool = False
+    min_requests: int = 2
+    """Below this many requests per run no band is drawn: a p99 of fewer than 100 requests
+    is their largest value, and resampling a maximum says nothing about its noise."""
+
+
+METRICS = (
+    CompareMetric(
+        "total tok/s", "tok/s", True, lambda s: s.total_throughput, _rate("total_throughput")
+    ),
+    CompareMetric(
+        "output tok/s", "tok/s", True, lambda s: s.output_throughput, _rate("output_throughput")
+    ),
+    CompareMetric(
+        "single-stream tok/s",
+        "tok/s",
+        True,
+        lambda s: s.single_stream_tok_s,
+        _single,
+        single_only=True,
+    ),
+    CompareMetric("TTFT p50", "ms", False, lambda s: s.median_ttft_ms, _percentile("ttft", 50)),
+    CompareMetric(
+        "TTFT p99", "ms", False, lambda s: s.p99_ttft_ms, _percentile("ttft", 99), min_requests=100
+    ),
+    CompareMetric("TPOT p50", "ms", False, lambda s: s.median_tpot_ms, _percentile("tpot", 50)),
+    CompareMetric(
+        "TPOT p99", "ms", False, lambda s: s.p99_tpot_ms, _percentile("tpot", 99), min_requests=100
+    ),
+)
+
+
+@dataclass(frozen=True)
+class MetricDelta:
+    """One metric at one load, B against A."""
+
+    metric: CompareMetric
+    load: str
+    a: float
+    b: float
+    band: Band | None
+    verdict: Verdict
+    why_no_band: str | None = None
+
+    @property
+    def change(self) -> float:
+        return self.b / self.a - 1 if self.a else float("nan")
+
+    @property
+    def text(self) -> str:
+        head = f"{self.change:+.1%} {self.metric.name} at {self.load}"
+        if self.band is None:
+            return f"{head} (no noise band: {self.why_no_band})"
+        band = f"band {self.band.lo - 1:+.1%} to {self.band.hi - 1:+.1%}"
+        if self.verdict == "within noise":
+            return f"{head}: within noise ({band})"
+        return f"{head}: {self.verdict}, outside noise ({band})"
+
+
+def compare_runs(
+    a: ReportRun, b: ReportRun, *, labels: tuple[str, str] = ("A", "B")
+) -> list[MetricDelta]:
+    """Every metric at every load both runs measured, in load order."""
+    by_load = {_load_key(s): s for s in a.summary.levels if s.completed > 0}
+    deltas = []
+    for level_b in sorted(
+        (s for s in b.summary.levels if s.completed > 0 and _load_key(s) in by_load),
+        key=_load_key,
+    ):
+        level_a = by_load[_load_key(level_b)]
+        sample_a, sample_b = level_sample(level_a, a.records), level_sample(level_b, b.records)
+        why = _why_no_band(labels, sample_a, sample_b)
+        for metric in METRICS:
+            if metric.single_only and level_a.max_concurrency != 1:
+                continue
+            va, vb = metric.read(level_a), metric.read(level_b)
+            if va is None or vb is None or va <= 0:
+                continue
+            band, why_here = None, why
+            if sample_a is not None and sample_b is not None:
+                fewest = min(sample_a.size, sample_b.size)
+                if fewest < metric.min_requests:
+                    why_here = f"{fewest} requests, under the {metric.min_requests} it needs"
+                else:
+                    band = ratio_band(sample_a, sample_b, metric.statistic)
+                    if not np.isfinite(band.lo):
+                        band, why_here = None, "too few requests with that statistic"
+            deltas.append(
+                MetricDelta(
+                    metric=metric,
+                    load=_load_text(level_b),
+                    a=va,
+                    b=vb,
+                    band=band,
+                    verdict=_verdict(metric, vb / va, band),
+                    why_no_band=why_here if band is None else None,
+                )
+            )
+    return deltas
+
+
+def _verdict(metric: CompareMetric, ratio: float, band: Band | None) -> Verdict:
+    if band is None:
+        return "no band"
+    if not band.excludes_one() or abs(ratio - 1) < MIN_EFFECT:
+        return "within noise"
+    return "better" if (ratio > 1) == metric.higher_is_better else "worse"
+
+
+def _why_no_band(
+    labels: tuple[str, str], sample_a: LevelSample | None, sample_b: LevelSample | None
+) -> str:
+    missing = [label for label, s in zip(labels, (sample_a, sample_b), strict=True) if s is None]
+    if not missing:
+        return ""
+    return (
+        f"{' and '.join(missing)} {'has' if len(missing) == 1 else 'have'} no per-request records"
+    )
+
+
+def _load_key(level: LevelSummary) -> tuple[int, float]:
+    if level.max_concurrency is not None:
+        return (0, float(level.max_concurrency))
+    return (1, float(level.request_rate or 0))
+
+
+def _load_text(level: LevelSummary) -> str:
+    if level.max_concurrency is not None:
+        return f"concurrency {level.max_concurrency}"
+    return f"{level.request_rate:g} req/s"

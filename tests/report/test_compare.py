@@ -1,0 +1,192 @@
+"""Comparing runs: noise bands from the requests, verdicts, and the report of several runs.
+
+The integration half sweeps the real embedded engine three times: twice as configured
+(the verdict must be "within noise") and once with one knob changed (prefill chunked into
+32-token batches: TTFT at concurrency 1 nearly doubles, which must be outside noise).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from servelab.report import write_report
+from servelab.report.compare import compare_runs
+from servelab.report.compare.noise import level_sample, ratio_band
+from servelab.report.compare.verdicts import METRICS
+from servelab.report.inputs import ReportRun, load_report_run
+from tests.conftest import SERVELAB
+from tests.report.browser import body_attributes, is_blank, render_page, require_chromium
+from tests.report.builders import bench_summary
+from tests.unit.helpers import level_summary
+
+LEVELS = ["--concurrency", "1,4", "--num-requests", "24"]
+
+
+def _records(level: int, n: int, *, ttft_ms: float, itl_ms: float, seed: int, jitter=0.03):
+    rng = random.Random(seed)
+    rows, t = [], 0
+    for i in range(n):
+        ttft = ttft_ms * (1 + rng.uniform(-jitter, jitter))
+        gaps = [itl_ms * (1 + rng.uniform(-jitter, jitter)) for _ in range(31)]
+        offsets = [ttft]
+        for gap in gaps:
+            offsets.append(offsets[-1] + gap)
+        rows.append(
+            {
+                "index": i,
+                "level": level,
+                "warmup": False,
+                "ok": True,
+                "t_send_ns": t,
+                "t_end_ns": t + int(offsets[-1] * 1e6),
+                "chunk_offsets_ns": [int(o * 1e6) for o in offsets],
+                "chunk_tokens": None,
+                "output_tokens": 32,
+                "prompt_tokens": 64,
+            }
+        )
+        t += int(offsets[-1] * 1e6)
+    return rows
+
+
+def _run(name: str, records, total: float = 100.0, ttft: float = 50.0) -> ReportRun:
+    level = level_summary(1, total).model_copy(
+        update={"median_ttft_ms": ttft, "single_stream_tok_s": total, "median_tpot_ms": 20.0}
+    )
+    return ReportRun(path=Path(name), summary=bench_summary([level]), records=records)
+
+
+def test_two_samples_of_one_distribution_are_within_noise():
+    a = _run("a", _records(0, 40, ttft_ms=50, itl_ms=20, seed=1))
+    b = _run("b", _records(0, 40, ttft_ms=50, itl_ms=20, seed=2), total=101.0, ttft=50.5)
+    banded = [d for d in compare_runs(a, b) if d.band is not None]
+    assert len(banded) == 5, [d.text for d in banded]  # 2 throughputs, single, TTFT and TPOT p50
+    assert all(d.verdict == "within noise" for d in banded), [d.text for d in banded]
+    ttft = next(d for d in banded if d.metric.name == "TTFT p50")
+    assert ttft.band is not None and ttft.band.lo < 1 < ttft.band.hi
+
+
+def test_a_doubled_ttft_is_worse_outside_noise_and_said_so():
+    a = _run("a", _records(0, 40, ttft_ms=50, itl_ms=20, seed=1))
+    b = _run("b", _records(0, 40, ttft_ms=100, itl_ms=20, seed=2), ttft=100.0)
+    ttft = next(d for d in compare_runs(a, b) if d.metric.name == "TTFT p50")
+    assert ttft.verdict == "worse" and ttft.band is not None and ttft.band.lo > 1.5
+    assert ttft.text.startswith("+100.0% TTFT p50 at concurrency 1: worse, outside noise")
+
+
+def test_under_the_minimum_effect_a_clear_change_is_still_within_noise():
+    # 3% slower with no jitter at all: the band excludes 0, the change is under 5%
+    a = _run("a", _records(0, 40, ttft_ms=50, itl_ms=20, seed=1, jitter=0.0))
+    b = _run("b", _records(0, 40, ttft_ms=51.5, itl_ms=20, seed=1, jitter=0.0), ttft=51.5)
+    ttft = next(d for d in compare_runs(a, b) if d.metric.name == "TTFT p50")
+    assert ttft.band is not None and ttft.band.lo > 1
+    assert ttft.verdict == "within noise"
+
+
+def test_a_run_without_records_gets_the_change_and_no_band():
+    a = _run("a", _records(0, 40, ttft_ms=50, itl_ms=20, seed=1))
+    b = _run("b", [], total=150.0)
+    delta = next(d for d in compare_runs(a, b) if d.metric.name == "total tok/s")
+    assert delta.band is None and delta.verdict == "no band"
+    assert "B has no per-request records" in delta.text and delta.change == pytest.approx(0.5)
+
+
+def test_a_p99_of_few_requests_has_no_band():
+    a = _run("a", _records(0, 40, ttft_ms=50, itl_ms=20, seed=1))
+    b = _run("b", _records(0, 40, ttft_ms=50, itl_ms=20, seed=2))
+    p99 = next(d for d in compare_runs(a, b) if d.metric.name == "TTFT p99")
+    assert p99.verdict == "no band" and "40 requests, under the 100" in p99.text
+
+
+def test_a_drifting_level_widens_its_band():
+    steady = _records(0, 40, ttft_ms=50, itl_ms=20, seed=1)
+    drifting = _records(0, 20, ttft_ms=50, itl_ms=20, seed=2) + [
+        {**r, "index": r["index"] + 20, "t_send_ns": r["t_send_ns"] + 10**12}
+        for r in _records(0, 20, ttft_ms=80, itl_ms=20, seed=3)
+    ]
+    a, b = _run("a", steady), _run("b", drifting)
+    metric = next(m for m in METRICS if m.name == "TTFT p50")
+    sa = level_sample(a.summary.levels[0], a.records)
+    sb = level_sample(b.summary.levels[0], b.records)
+    assert sa is not None and sb is not None
+    band = ratio_band(sa, sb, metric.statistic)
+    assert band.drift == pytest.approx(0.6, abs=0.05)
+    assert band.hi - band.lo > 0.6
+
+
+# -- three real runs of the embedded engine -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def embedded_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("compare")
+    spec = root / "chunked.yaml"
+    spec.write_text("engine: embedded\nmodel: tiny\nknobs: {max_batch_tokens: 32}\n")
+    runs = {"a": [], "a2": [], "chunked": ["--engine", str(spec)]}
+    for name, extra in runs.items():
+        done = subprocess.run(
+            [*SERVELAB, "run", *extra, *LEVELS, "--out", str(root / name)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    return {name: root / name for name in runs}
+
+
+def test_two_runs_of_one_configuration_are_within_noise(embedded_runs, tmp_path: Path):
+    a, a2 = (load_report_run(embedded_runs[k]) for k in ("a", "a2"))
+    deltas = compare_runs(a, a2)
+    banded = [d for d in deltas if d.band is not None]
+    assert len(banded) >= 8  # throughputs, single stream, TTFT and TPOT p50 at 1 and 4
+    assert all(d.verdict == "within noise" for d in banded), [d.text for d in banded]
+    files = write_report([embedded_runs["a"], embedded_runs["a2"]], out=tmp_path / "cmp")
+    text = files.markdown.read_text()
+    assert "B: every change within noise" in text
+
+
+def test_a_changed_knob_shows_outside_noise_in_the_report(embedded_runs, tmp_path: Path):
+    a, chunked = load_report_run(embedded_runs["a"]), load_report_run(embedded_runs["chunked"])
+    ttft = next(
+        d
+        for d in compare_runs(a, chunked)
+        if d.metric.name == "TTFT p50" and d.load == "concurrency 1"
+    )
+    assert ttft.verdict == "worse" and ttft.change > 0.3, ttft.text
+    files = write_report(
+        [embedded_runs["a"], embedded_runs["chunked"]], out=tmp_path / "cmp", title="<b>x</b>"
+    )
+    text = files.markdown.read_text()
+    assert "TTFT p50 at concurrency 1: worse, outside noise" in text
+    assert "## 4. Results" in text and "### A: " in text and "### B: " in text
+    html = files.html.read_text()
+    assert html.count("<svg") >= 4 and "<b>x</b>" not in html
+    chromium = require_chromium()
+    page = render_page(chromium, files.html, tmp_path / "chromium")
+    assert not is_blank(page.screenshot) and not page.requests and not page.failed_loads
+    assert "data-pwned" not in body_attributes(page.dom)
+
+
+def test_the_cli_compares_into_a_folder_beside_the_first_run(embedded_runs):
+    done = subprocess.run(
+        [*SERVELAB, "report", str(embedded_runs["a"]), str(embedded_runs["a2"]), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    paths = json.loads(done.stdout)
+    assert Path(paths["html"]).parent.name == "compare-a-vs-a2"
+    twice = subprocess.run(
+        [*SERVELAB, "report", str(embedded_runs["a"]), str(embedded_runs["a"])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert twice.returncode == 2 and twice.stderr.strip().count("\n") == 0
+    assert "given twice" in twice.stderr
