@@ -32,11 +32,18 @@ Title = Annotated[str | None, typer.Option(help="The report's title.")]
 def report(
     run_dirs: Annotated[
         list[Path],
-        typer.Argument(help="Run directories (servelab run, bench or import).", show_default=False),
+        typer.Argument(
+            help="Run directories (servelab run, bench or import): one to report, several to "
+            "compare with the first.",
+            show_default=False,
+        ),
     ],
     out: Annotated[
         Path | None,
-        typer.Option(help="Where report.html, report.md and plots/ go. Default: the run."),
+        typer.Option(
+            help="Where report.html, report.md and plots/ go. Default: the run; for a "
+            "comparison, compare-A-vs-B/ beside the first run."
+        ),
     ] = None,
     target: Targets = None,
     title: Title = None,
@@ -46,7 +53,9 @@ def report(
 
     Sections: goal and targets, machine (probe facts and verdicts), engine (version,
     launch command, spec), results (the sweep table and plots), findings (diagnose and
-    the server's warnings), status (done, open, next).
+    the server's warnings), status (done, open, next). With several runs: the same
+    sections side by side, and every later run against the first, per load and metric,
+    with a noise band and a verdict (within noise, better or worse outside noise).
     """
     out_console = Console()
     err = Console(stderr=True)
