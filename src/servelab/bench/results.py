@@ -31,6 +31,9 @@ InputTokenSource = Literal["usage", "workload", "mixed"]
 RunStatus = Literal["running", "complete", "interrupted", "failed"]
 
 _STAT_NAMES = {"mean": "mean", "median": "median", "std": "standard deviation"}
+_ABSENT = " None in an imported run whose file lacks it."
+"""Said by each field a peer's result file may not give (bench.peers); servelab's own
+bench always sets them."""
 
 
 def _stat(stat: str, metric: str) -> str:
@@ -91,11 +94,21 @@ class LevelSummary(BaseModel):
     burstiness: float | None = Field(
         description="Open loop: gamma shape of inter-arrival times (1.0 = Poisson)."
     )
-    num_requests: int = Field(description="Measured requests sent (warm-up excluded).")
-    warmup_requests: int = Field(description="Warm-up requests sent before the level, excluded.")
+    num_requests: int | None = Field(
+        default=None,
+        description="Measured requests sent (warm-up excluded)." + _ABSENT,
+    )
+    warmup_requests: int | None = Field(
+        default=None,
+        description="Warm-up requests sent before the level, excluded." + _ABSENT,
+    )
     interrupted: bool = Field(description="True when the level was cut short by Ctrl-C.")
-    completed: int = Field(description="Requests that finished with generated text.")
-    failed: int = Field(description="Requests that failed, all kinds together.")
+    completed: int | None = Field(
+        default=None, description="Requests that finished with generated text." + _ABSENT
+    )
+    failed: int | None = Field(
+        default=None, description="Requests that failed, all kinds together." + _ABSENT
+    )
     cancelled: int = Field(description="Requests still in flight when the run was interrupted.")
     errors: dict[str, int] = Field(description="Failed requests by kind (http, timeout, ...).")
     error_examples: dict[str, str] = Field(
@@ -112,7 +125,9 @@ class LevelSummary(BaseModel):
         description="Output tokens of completed requests: usage.completion_tokens, else a "
         "local tokenizer's count, else the number of text chunks."
     )
-    input_token_source: InputTokenSource = Field(description="Where total_input_tokens came from.")
+    input_token_source: InputTokenSource | None = Field(
+        default=None, description="Where total_input_tokens came from." + _ABSENT
+    )
     output_tokens_estimated: bool = Field(
         description="True when some output counts are text-chunk counts (no usage, no tokenizer)."
     )
@@ -122,11 +137,16 @@ class LevelSummary(BaseModel):
         "the tokens each chunk carried (for ITL and the peak bucket) were shared out "
         "(None in runs from before it was recorded).",
     )
-    request_throughput: float = Field(description="completed / duration, in requests/s.")
-    input_throughput: float = Field(description="total_input_tokens / duration, in tokens/s.")
+    request_throughput: float | None = Field(
+        default=None, description="completed / duration, in requests/s." + _ABSENT
+    )
+    input_throughput: float | None = Field(
+        default=None, description="total_input_tokens / duration, in tokens/s." + _ABSENT
+    )
     output_throughput: float = Field(description="total_output_tokens / duration, in tokens/s.")
-    total_throughput: float = Field(
-        description="(total_input_tokens + total_output_tokens) / duration, in tokens/s."
+    total_throughput: float | None = Field(
+        default=None,
+        description="(total_input_tokens + total_output_tokens) / duration, in tokens/s." + _ABSENT,
     )
     mean_ttft_ms: float | None = Field(description=_stat("mean", "TTFT"))
     median_ttft_ms: float | None = Field(description=_stat("median", "TTFT"))
@@ -152,15 +172,19 @@ class LevelSummary(BaseModel):
     p90_e2e_latency_ms: float | None = Field(description=_stat("p90", "E2E latency"))
     p95_e2e_latency_ms: float | None = Field(description=_stat("p95", "E2E latency"))
     p99_e2e_latency_ms: float | None = Field(description=_stat("p99", "E2E latency"))
-    concurrency: float = Field(
-        description="Mean requests in flight by Little's law: sum of E2E / duration."
+    concurrency: float | None = Field(
+        default=None,
+        description="Mean requests in flight by Little's law: sum of E2E / duration." + _ABSENT,
     )
-    max_concurrent_requests: int = Field(
+    max_concurrent_requests: int | None = Field(
+        default=None,
         description="Most requests in flight at one instant, from an exact sweep of intervals."
+        + _ABSENT,
     )
-    max_output_tokens_per_s: float = Field(
+    max_output_tokens_per_s: float | None = Field(
+        default=None,
         description="Most output tokens arriving within one 1-second bucket, buckets counted "
-        "from the level's first measured send."
+        "from the level's first measured send." + _ABSENT,
     )
     single_stream_tok_s: float | None = Field(
         description="Closed loop at concurrency 1 only: mean of output tokens / E2E, in tokens/s."
@@ -173,7 +197,9 @@ class LevelSummary(BaseModel):
         description="Requests meeting every SLO / (completed + failed); an unknown value "
         "fails its SLO. None when nothing was attempted."
     )
-    client: ClientStats = Field(description="The load generator's own lag and CPU use.")
+    client: ClientStats | None = Field(
+        default=None, description="The load generator's own lag and CPU use." + _ABSENT
+    )
     telemetry: LevelTelemetry | None = Field(
         default=None,
         description="The GPUs (NVML: power, utilization, clocks, energy, GPM) and the "

@@ -1,4 +1,8 @@
-"""The sweep table: one row per load level, the numbers an engineer reads first."""
+"""The sweep table: one row per load level, the numbers an engineer reads first.
+
+A value the level does not have (a run imported from a peer's file that lacks it) reads
+"-", never 0.
+"""
 
 from __future__ import annotations
 
@@ -28,17 +32,29 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
+def _rate(value: float | None, fmt: str = "{:,.1f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
 def _load(s: LevelSummary) -> str:
     if s.max_concurrency is not None:
         return str(s.max_concurrency)
-    return f"{s.request_rate:g}/s"
+    return "-" if s.request_rate is None else f"{s.request_rate:g}/s"
 
 
 def _errors(s: LevelSummary) -> str:
+    if s.failed is None:
+        return "-"
     if not s.failed:
         return "0"
+    if not s.errors:
+        return str(s.failed)
     kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(s.errors.items()))
     return f"{s.failed} ({kinds})"
+
+
+def _client_bound(s: LevelSummary) -> bool:
+    return s.client is not None and s.client.client_bound
 
 
 _TELEMETRY_COLUMNS = (
@@ -70,14 +86,14 @@ def sweep_rows(levels: Sequence[LevelSummary]) -> list[list[str]]:
     for s in levels:
         load = (
             _load(s)
-            + (" *" if s.client.client_bound else "")
+            + (" *" if _client_bound(s) else "")
             + (" (interrupted)" if s.interrupted else "")
         )
         row = [
             load,
-            f"{s.total_throughput:,.1f}",
-            f"{s.output_throughput:,.1f}",
-            f"{s.max_output_tokens_per_s:,.0f}",
+            _rate(s.total_throughput),
+            _rate(s.output_throughput),
+            _rate(s.max_output_tokens_per_s, "{:,.0f}"),
             _ms(s.mean_tpot_ms),
             _ms(s.median_ttft_ms),
             _ms(s.p99_ttft_ms),
@@ -137,6 +153,6 @@ def _pct(fraction: float | None) -> float | None:
 
 
 def _caption(levels: Sequence[LevelSummary]) -> str | None:
-    if any(s.client.client_bound for s in levels):
+    if any(_client_bound(s) for s in levels):
         return "* client-bound: the load generator's lag or CPU may have limited this level"
     return None
