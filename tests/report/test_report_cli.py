@@ -107,7 +107,7 @@ BAD_INPUT = [
     (["{run}", "--target", "total=fast"], "error: target total: 'fast' is not a number"),
     (["{run}", "--target", "speed=1"], "error: target 'speed=1' is not understood"),
     (["{run}", "--out", "{file}"], "error: cannot write the report into {file}"),
-    (["{run}", "{run}"], "error: one run directory per report for now"),
+    (["{run}", "{run}"], "error: a run directory is given twice: compare different runs"),
 ]
 BAD_IDS = ["missing", "no-summary", "not-json", "not-a-summary", "target", "name", "out", "two"]
 

@@ -47,7 +47,7 @@ def find_knee(levels: Sequence[LevelSummary]) -> Knee:
     points = sorted(
         (s.max_concurrency, s.total_throughput)
         for s in levels
-        if s.max_concurrency is not None and s.completed > 0
+        if s.max_concurrency is not None and s.total_throughput is not None and s.completed != 0
     )
     growth = [growth_per_doubling(a, b) for a, b in itertools.pairwise(points)]
     threshold = f"{100 * (KNEE_GROWTH_PER_DOUBLING - 1):.0f}%"

@@ -98,8 +98,9 @@ def next_level(plan: SweepPlan, done: Sequence[LevelSummary]) -> int | SweepStop
 
 def _broken(level: LevelSummary) -> SweepStop | None:
     """The stop a level's own results call for: failures, SLOs, a full KV cache."""
-    attempted = level.completed + level.failed
-    if attempted and level.failed / attempted > MAX_FAILED_FRACTION:
+    failed = level.failed or 0
+    attempted = (level.completed or 0) + failed
+    if attempted and failed / attempted > MAX_FAILED_FRACTION:
         return SweepStop(
             reason="errors",
             level=level.level,

@@ -22,6 +22,7 @@ from servelab.cli.bench import bench
 from servelab.cli.diagnose import diagnose
 from servelab.cli.engine import engine_app
 from servelab.cli.exit_codes import ExitCode
+from servelab.cli.import_cmd import import_run
 from servelab.cli.model import model
 from servelab.cli.probe import probe
 from servelab.cli.report import report
@@ -94,6 +95,7 @@ app.command("model")(model)
 app.command("diagnose")(diagnose)
 app.command("run")(run)
 app.command("report")(report)
+app.command("import")(import_run)
 app.command("sim")(sim)
 app.add_typer(engine_app, name="engine")
 

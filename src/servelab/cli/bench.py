@@ -215,8 +215,8 @@ def bench(
         err.print(f"results: {escape(str(outcome.run_dir))}", highlight=False)
         if spec is not None:
             _diagnose(outcome.run_dir, err, show=not json_output)
-        completed = sum(s.completed for s in summary.levels)
-        failed = sum(s.failed for s in summary.levels)
+        completed = sum(s.completed or 0 for s in summary.levels)
+        failed = sum(s.failed or 0 for s in summary.levels)
         raise typer.Exit(int(exit_for_levels(completed, failed)))
 
 

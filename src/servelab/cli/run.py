@@ -154,7 +154,9 @@ def run(
             for line in top_finding_lines(result.diagnosis):
                 err.print(escape(line), highlight=False, soft_wrap=True)
         levels = result.summary.levels
-        code = exit_for_levels(sum(s.completed for s in levels), sum(s.failed for s in levels))
+        code = exit_for_levels(
+            sum(s.completed or 0 for s in levels), sum(s.failed or 0 for s in levels)
+        )
         raise typer.Exit(int(code))
 
 

@@ -104,7 +104,7 @@ class RunFacts:
     def closed(self) -> list[LevelFacts]:
         """Closed-loop levels with completed requests, by concurrency."""
         return sorted(
-            (lv for lv in self.levels if lv.closed and lv.summary.completed > 0),
+            (lv for lv in self.levels if lv.closed and lv.summary.completed != 0),
             key=lambda lv: lv.load,
         )
 
@@ -112,7 +112,7 @@ class RunFacts:
     def measured(self) -> list[LevelFacts]:
         """Levels with completed requests, by load."""
         return sorted(
-            (lv for lv in self.levels if lv.summary.completed > 0), key=lambda lv: lv.load
+            (lv for lv in self.levels if lv.summary.completed != 0), key=lambda lv: lv.load
         )
 
     def events_of(self, *kinds: EventKind) -> list[LogEvent]:
@@ -144,7 +144,7 @@ def level_facts(
     """One level's facts; `raw` holds what only metrics.jsonl has (capacity, preemptions)."""
     max_concurrency = summary.max_concurrency
     closed = max_concurrency is not None
-    load = float(max_concurrency) if max_concurrency is not None else summary.concurrency
+    load = float(max_concurrency) if max_concurrency is not None else summary.concurrency or 0.0
     done = summary.completed
     input_tokens = summary.total_input_tokens / done if done else _number(workload, "input_len")
     output_tokens = summary.total_output_tokens / done if done else _number(workload, "output_len")

@@ -67,7 +67,7 @@ def _ceiling(facts: RunFacts) -> list[CeilingPoint]:
     points = []
     for lv in facts.levels:
         c = lv.summary.max_concurrency
-        if c is None or lv.summary.completed == 0:
+        if c is None or lv.summary.completed == 0 or lv.summary.total_throughput is None:
             continue
         inp, out = round(lv.input_tokens), max(round(lv.output_tokens), 1)
         points.append(

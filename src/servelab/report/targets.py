@@ -36,6 +36,8 @@ def _per_user(s: LevelSummary) -> float | None:
 
 
 def _error_pct(s: LevelSummary) -> float | None:
+    if s.completed is None or s.failed is None:
+        return None
     attempted = s.completed + s.failed
     return 100 * s.failed / attempted if attempted else None
 
@@ -118,7 +120,7 @@ def evaluate_targets(
     targets: Sequence[Target], levels: Sequence[LevelSummary]
 ) -> list[TargetResult]:
     """Each target against the sweep's completed levels."""
-    return [_evaluate(t, [s for s in levels if s.completed > 0]) for t in targets]
+    return [_evaluate(t, [s for s in levels if s.completed != 0]) for t in targets]
 
 
 def _evaluate(target: Target, levels: list[LevelSummary]) -> TargetResult:
@@ -144,7 +146,7 @@ def _evaluate(target: Target, levels: list[LevelSummary]) -> TargetResult:
         met = bool(meeting)
         pool = meeting or known
         best, value = (
-            max(pool, key=lambda sv: sv[0].total_throughput)
+            max(pool, key=lambda sv: sv[0].total_throughput or 0.0)
             if met
             else min(pool, key=lambda sv: sv[1])
         )

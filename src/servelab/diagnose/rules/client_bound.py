@@ -62,12 +62,17 @@ _LAG_ONLY_CONFIDENCE = 0.3
 
 def rule(facts: RunFacts) -> list[Finding]:
     limited = [lv for lv in facts.measured if _limited(lv)]
-    lag_only = [lv for lv in facts.measured if lv.summary.client.client_bound and lv not in limited]
+    lag_only = [lv for lv in facts.measured if _flagged(lv) and lv not in limited]
     if limited:
         return [_limited_finding(facts, limited)]
     if lag_only:
         return [_lag_finding(lag_only)]
     return []
+
+
+def _flagged(lv: LevelFacts) -> bool:
+    """The bench's self-check fired (an imported run has none)."""
+    return lv.summary.client is not None and lv.summary.client.client_bound
 
 
 def _limited(lv: LevelFacts) -> bool:
@@ -79,7 +84,7 @@ def _saturated(lv: LevelFacts) -> list[Evidence]:
     tokens' time (it cannot read the streams as fast as they come), or open-loop arrivals
     later than their own mean spacing (the load shape is not the one asked)."""
     client = lv.summary.client
-    if not client.client_bound:
+    if client is None or not client.client_bound:
         return []
     source = f"summary.json level {lv.level} client"
     if client.max_cpu_pct >= CPU_SATURATED_PCT:
@@ -172,7 +177,7 @@ def _lag_finding(levels: list[LevelFacts]) -> Finding:
 
 def _self_check(lv: LevelFacts) -> list[Evidence]:
     client = lv.summary.client
-    if not client.client_bound:
+    if client is None or not client.client_bound:
         return []
     source = f"summary.json level {lv.level} client"
     return [
@@ -191,7 +196,8 @@ def _self_check(lv: LevelFacts) -> list[Evidence]:
 
 
 def _little(lv: LevelFacts) -> list[Evidence]:
-    if not lv.closed or lv.summary.concurrency >= LITTLE_SHARE * lv.load:
+    concurrency = lv.summary.concurrency
+    if not lv.closed or concurrency is None or concurrency >= LITTLE_SHARE * lv.load:
         return []
     return [_little_evidence(lv)]
 
@@ -199,7 +205,7 @@ def _little(lv: LevelFacts) -> list[Evidence]:
 def _little_evidence(lv: LevelFacts, *, supports: bool = True) -> Evidence:
     return Evidence(
         what=f"Little's-law concurrency / target at {lv.label}",
-        value=fmt(lv.summary.concurrency / lv.load),
+        value="n/a" if lv.summary.concurrency is None else fmt(lv.summary.concurrency / lv.load),
         source=f"summary.json level {lv.level} concurrency",
         supports=supports,
     )
@@ -257,7 +263,7 @@ def _decisive(facts: RunFacts) -> set[int]:
     levels = facts.measured
     if not levels:
         return set()
-    best = max(levels, key=lambda lv: lv.summary.total_throughput)
+    best = max(levels, key=lambda lv: lv.summary.total_throughput or 0.0)
     chosen = {best.level, levels[-1].level}
     knee = facts.knee_level()
     if knee is not None:
@@ -267,10 +273,10 @@ def _decisive(facts: RunFacts) -> set[int]:
 
 def _actions(facts: RunFacts, worst: LevelFacts) -> list[Action]:
     cpus = facts.summary.run.host.get("cpus")
-    workers = worst.summary.client.workers
+    workers = worst.summary.client.workers if worst.summary.client is not None else None
     wanted = math.ceil(worst.load / STREAMS_PER_WORKER)
     actions = []
-    if isinstance(cpus, int) and workers < min(wanted, cpus):
+    if isinstance(cpus, int) and workers is not None and workers < min(wanted, cpus):
         actions.append(
             bench_action("--workers", min(wanted, cpus), "spread the streams over more processes")
         )

@@ -32,13 +32,13 @@ _FATAL_EVENTS = (
 
 
 def rule(facts: RunFacts) -> list[Finding]:
-    failing = [lv for lv in facts.levels if lv.summary.failed > 0]
+    failing = [lv for lv in facts.levels if (lv.summary.failed or 0) > 0]
     if not failing:
         return []
     shares = {lv.level: _share(lv) for lv in facts.levels}
     worst = max(failing, key=lambda lv: shares[lv.level])
     worst_share = shares[worst.level]
-    dead = [lv for lv in facts.levels if lv.summary.completed == 0 and lv.summary.failed > 0]
+    dead = [lv for lv in facts.levels if lv.summary.completed == 0 and (lv.summary.failed or 0) > 0]
     if worst_share >= ERROR_CRITICAL_SHARE or dead:
         severity = Severity.CRITICAL
     elif worst_share >= ERROR_WARNING_SHARE:
@@ -90,8 +90,11 @@ def rule(facts: RunFacts) -> list[Finding]:
 
 
 def _share(lv: LevelFacts) -> float:
-    total = lv.summary.completed + lv.summary.failed
-    return lv.summary.failed / total if total else 0.0
+    completed, failed = lv.summary.completed, lv.summary.failed
+    if completed is None or failed is None:
+        return 0.0
+    total = completed + failed
+    return failed / total if total else 0.0
 
 
 def _level_evidence(lv: LevelFacts, share: float) -> Evidence:

@@ -103,7 +103,7 @@ def rule(facts: RunFacts) -> list[Finding]:
 def _unqueued(lv: LevelFacts) -> bool:
     """A level whose TTFT is prefill, not a wait: one stream, or the engine's queue empty,
     and the client's own timestamps not blurred by its lag."""
-    if lv.summary.client.client_bound:
+    if lv.summary.client is not None and lv.summary.client.client_bound:
         return False
     if lv.closed and lv.load == 1:
         return True

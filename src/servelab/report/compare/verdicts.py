@@ -130,10 +130,10 @@ def compare_runs(
     a: ReportRun, b: ReportRun, *, labels: tuple[str, str] = ("A", "B")
 ) -> list[MetricDelta]:
     """Every metric at every load both runs measured, in load order."""
-    by_load = {_load_key(s): s for s in a.summary.levels if s.completed > 0}
+    by_load = {_load_key(s): s for s in a.summary.levels if s.completed != 0}
     deltas = []
     for level_b in sorted(
-        (s for s in b.summary.levels if s.completed > 0 and _load_key(s) in by_load),
+        (s for s in b.summary.levels if s.completed != 0 and _load_key(s) in by_load),
         key=_load_key,
     ):
         level_a = by_load[_load_key(level_b)]

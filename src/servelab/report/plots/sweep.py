@@ -35,9 +35,17 @@ def throughput_plot(runs: Sequence[RunPlotInput]) -> Plot:
             continue
         xs = tuple(x for x, _ in points)
         panel = "throughput"
-        series.append(
-            Line(run.label, "total tok/s", panel, xs, tuple(s.total_throughput for _, s in points))
-        )
+        total = [(x, v) for x, s in points if (v := s.total_throughput) is not None]
+        if total:
+            series.append(
+                Line(
+                    run.label,
+                    "total tok/s",
+                    panel,
+                    tuple(x for x, _ in total),
+                    tuple(v for _, v in total),
+                )
+            )
         series.append(
             Line(
                 run.label,
@@ -148,7 +156,9 @@ def pareto_plot(runs: Sequence[RunPlotInput]) -> Plot:
             (
                 (s.total_throughput / gpus, MS_PER_S / s.median_tpot_ms, short_label(s))
                 for s in run.levels
-                if s.median_tpot_ms is not None and s.median_tpot_ms > 0
+                if s.median_tpot_ms is not None
+                and s.median_tpot_ms > 0
+                and s.total_throughput is not None
             ),
             key=lambda point: (point[0], point[1]),
         )

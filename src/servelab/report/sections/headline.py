@@ -19,14 +19,15 @@ __all__ = ["headline"]
 
 
 def headline(run: ReportRun, targets: Sequence[Target]) -> list[tuple[Tone, str]]:
-    levels = [s for s in run.summary.levels if s.completed > 0]
+    levels = [s for s in run.summary.levels if s.completed != 0]
     if not levels:
         return [("bad", "No level completed a request: there is nothing to report yet.")]
-    best = max(levels, key=lambda s: s.total_throughput)
+    best = max(levels, key=lambda s: s.total_throughput or 0.0)
+    total = "-" if best.total_throughput is None else f"{best.total_throughput:,.0f}"
     lines: list[tuple[Tone, str]] = [
         (
             "plain",
-            f"Best: {best.total_throughput:,.0f} tok/s total ({best.output_throughput:,.0f} "
+            f"Best: {total} tok/s total ({best.output_throughput:,.0f} "
             f"output) at {load_text(best)}.",
         )
     ]

@@ -21,7 +21,7 @@ def results_section(run: ReportRun, *, plots: bool = True) -> Section:
     header = sweep_header(levels)
     right = frozenset(range(1, len(header)))
     blocks: list[Block] = [Table(header, sweep_rows(levels), right=right)]
-    if any(s.client.client_bound for s in levels):
+    if any(s.client is not None and s.client.client_bound for s in levels):
         blocks.append(
             Paragraph(
                 "* client-bound: the load generator's lag or CPU may have limited it.", "warn"

@@ -26,7 +26,7 @@ def status_section(run: ReportRun, targets: Sequence[Target]) -> Section:
 
 def _done(run: ReportRun) -> list[Block]:
     summary = run.summary
-    levels = [s for s in summary.levels if s.completed > 0]
+    levels = [s for s in summary.levels if s.completed != 0]
     items: list[tuple[Tone, str, list[str]]] = []
     if run.probe is not None:
         measured = " with measured rates" if run.probe.comm is not None else ""
@@ -36,14 +36,15 @@ def _done(run: ReportRun) -> list[Block]:
             str(s.max_concurrency) if s.max_concurrency is not None else f"{s.request_rate:g}/s"
             for s in levels
         )
-        requests = sum(s.completed for s in summary.levels)
-        failed = sum(s.failed for s in summary.levels)
-        best = max(levels, key=lambda s: s.total_throughput)
+        requests = _total([s.completed for s in summary.levels])
+        failed = _total([s.failed for s in summary.levels])
+        best = max(levels, key=lambda s: s.total_throughput or 0.0)
+        total = "-" if best.total_throughput is None else f"{best.total_throughput:,.0f}"
         items.append(
             (
                 "good",
-                f"{len(levels)} load levels measured ({loads}): {requests:,} requests completed, "
-                f"{failed:,} failed; best {best.total_throughput:,.0f} tok/s total",
+                f"{len(levels)} load levels measured ({loads}): {requests} requests completed, "
+                f"{failed} failed; best {total} tok/s total",
                 [],
             )
         )
@@ -83,3 +84,8 @@ def _next(run: ReportRun) -> list[Block]:
     if not items:
         return [Paragraph("No action: no finding calls for a change.")]
     return [Bullets(items)]
+
+
+def _total(counts: list[int | None]) -> str:
+    """The sum, or "-" where a level does not know its count (an imported run)."""
+    return "-" if any(c is None for c in counts) else f"{sum(c for c in counts if c):,}"
