@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +18,15 @@ from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import RunningEngine, launch_engine
 
 SERVELAB = [sys.executable, "-m", "servelab"]
+
+
+def sigint_as_at_a_terminal() -> None:
+    """Popen's preexec_fn for a child a test will Ctrl-C: SIGINT at its default.
+
+    A shell starts a background job (`make test &`, a CI runner's detached step) with
+    SIGINT ignored, its children inherit that, and Python then keeps ignoring it; a
+    terminal's Ctrl-C always meets a process whose SIGINT is at its default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True)

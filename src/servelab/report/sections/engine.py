@@ -21,8 +21,8 @@ def engine_section(run: ReportRun) -> Section:
     facts = [
         ("engine", name),
         ("version", engine_version(run) or "not recorded"),
-        ("model", str(engine.get("model") or target.get("model"))),
-        ("endpoint", str(target.get("url"))),
+        ("model", str(engine.get("model") or target.get("model") or "not recorded")),
+        ("endpoint", str(target.get("url") or "not recorded")),
     ]
     blocks: list[Block] = [KeyValues(facts)]
     command = engine.get("command")
