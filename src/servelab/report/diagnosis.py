@@ -14,7 +14,7 @@ from rich.text import Text
 from servelab.diagnose.document import Diagnosis, GapLayers
 from servelab.diagnose.findings import Evidence, Finding, Severity
 
-__all__ = ["render_diagnosis", "top_finding_lines"]
+__all__ = ["evidence_text", "render_diagnosis", "top_finding_lines"]
 
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "green"}
 _EVIDENCE_SHOWN = 4
@@ -73,7 +73,7 @@ def _details(index: int, finding: Finding) -> Table:
     table.add_column()
     shown = finding.evidence[:_EVIDENCE_SHOWN]
     for evidence in shown:
-        table.add_row("evidence", escape(_evidence_text(evidence)))
+        table.add_row("evidence", escape(evidence_text(evidence)))
     if len(finding.evidence) > len(shown):
         table.add_row("", f"and {len(finding.evidence) - len(shown)} more (--json)")
     for action in finding.actions:
@@ -134,7 +134,8 @@ def _shares_caption(layers: GapLayers) -> str | None:
     return f"gap {gap:,.3g} ms per token: " + "; ".join(parts)
 
 
-def _evidence_text(evidence: Evidence) -> str:
+def evidence_text(evidence: Evidence) -> str:
+    """'what: value unit [source]', and '(against)' for evidence against the finding."""
     unit = f" {evidence.unit}" if evidence.unit else ""
     against = " (against)" if not evidence.supports else ""
     return f"{evidence.what}: {evidence.value}{unit} [{evidence.source}]{against}"

@@ -21,6 +21,7 @@ import numpy as np
 from servelab.bench.results import LevelSummary
 from servelab.report.compare.noise import Band, LevelSample, level_sample, ratio_band
 from servelab.report.inputs import ReportRun
+from servelab.report.sections._common import load_text
 
 __all__ = ["METRICS", "MIN_EFFECT", "CompareMetric", "MetricDelta", "compare_runs"]
 
@@ -157,7 +158,7 @@ def compare_runs(
             deltas.append(
                 MetricDelta(
                     metric=metric,
-                    load=_load_text(level_b),
+                    load=load_text(level_b),
                     a=va,
                     b=vb,
                     band=band,
@@ -191,9 +192,3 @@ def _load_key(level: LevelSummary) -> tuple[int, float]:
     if level.max_concurrency is not None:
         return (0, float(level.max_concurrency))
     return (1, float(level.request_rate or 0))
-
-
-def _load_text(level: LevelSummary) -> str:
-    if level.max_concurrency is not None:
-        return f"concurrency {level.max_concurrency}"
-    return f"{level.request_rate:g} req/s"

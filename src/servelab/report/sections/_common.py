@@ -6,7 +6,7 @@ from servelab.bench.results import LevelSummary
 from servelab.core.severity import Severity
 from servelab.report.document import Tone
 
-__all__ = ["load_text", "tone_of"]
+__all__ = ["load_text", "sentence", "tone_of"]
 
 _TONE: dict[Severity, Tone] = {
     Severity.CRITICAL: "bad",
@@ -26,3 +26,8 @@ def load_text(level: LevelSummary) -> str:
     if level.max_concurrency is not None:
         return f"concurrency {level.max_concurrency}"
     return f"{level.request_rate:g} req/s"
+
+
+def sentence(text: str) -> str:
+    """A clause as a sentence: 'the knee is at 16' -> 'The knee is at 16.'"""
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")

@@ -3,11 +3,12 @@ finding with its evidence and actions) and the server's warnings from its log.""
 
 from __future__ import annotations
 
-from servelab.diagnose import Diagnosis, Evidence, Finding, GapLayers
+from servelab.diagnose import Diagnosis, Finding, GapLayers
 from servelab.engines.signatures import KIND_INFO, LogScan
+from servelab.report.diagnosis import evidence_text
 from servelab.report.document import Block, Bullets, Paragraph, Section, Table, Tone
 from servelab.report.inputs import ReportRun
-from servelab.report.sections._common import tone_of
+from servelab.report.sections._common import sentence, tone_of
 from servelab.store import ENGINE_LOG_FILE
 
 __all__ = ["findings_section"]
@@ -33,7 +34,7 @@ def _diagnosis(diagnosis: Diagnosis) -> list[Block]:
     blocks: list[Block] = [
         Paragraph(
             f"Deployment modelled: {diagnosis.deployment or 'none'}. "
-            f"{_cap(diagnosis.knee.explanation)}."
+            f"{sentence(diagnosis.knee.explanation)}"
         )
     ]
     if not diagnosis.findings:
@@ -63,7 +64,7 @@ def _finding(index: int, finding: Finding) -> list[Block]:
         f"{finding.confidence:.0%} confident: {finding.title}"
     )
     items: list[tuple[Tone, str, list[str]]] = [
-        ("plain", "evidence", [_evidence(e) for e in finding.evidence]),
+        ("plain", "evidence", [evidence_text(e) for e in finding.evidence]),
     ]
     if finding.actions:
         items.append(("good", "try", [a.text for a in finding.actions]))
@@ -76,12 +77,6 @@ def _finding(index: int, finding: Finding) -> list[Block]:
         Paragraph(finding.explanation),
         Bullets(items),
     ]
-
-
-def _evidence(e: Evidence) -> str:
-    unit = f" {e.unit}" if e.unit else ""
-    against = " (against)" if not e.supports else ""
-    return f"{e.what}: {e.value}{unit} [{e.source}]{against}"
 
 
 def _layers(layers: GapLayers) -> Table:
@@ -129,7 +124,3 @@ def _warnings(scan: LogScan | None, run: ReportRun) -> list[Block]:
             (tone_of(event.severity), f"{event.severity.value} {event.kind.value}{repeated}", sub)
         )
     return [Paragraph(f"From {scan.lines:,} lines of {ENGINE_LOG_FILE}:"), Bullets(items)]
-
-
-def _cap(text: str) -> str:
-    return text[:1].upper() + text[1:]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from servelab.bench.knee import find_knee
 from servelab.report.document import Tone
 from servelab.report.inputs import ReportRun
-from servelab.report.sections._common import load_text, tone_of
+from servelab.report.sections._common import load_text, sentence, tone_of
 from servelab.report.targets import Target, evaluate_targets
 
 __all__ = ["headline"]
@@ -38,7 +38,7 @@ def headline(run: ReportRun, targets: Sequence[Target]) -> list[tuple[Tone, str]
     lines.append(
         (
             "info" if knee.found else "plain",
-            knee.explanation[:1].upper() + knee.explanation[1:] + ".",
+            sentence(knee.explanation),
         )
     )
     results = evaluate_targets(targets, levels)

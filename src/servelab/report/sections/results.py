@@ -10,6 +10,7 @@ from servelab.core.redact import scrub
 from servelab.report.document import Block, Bullets, Code, Figure, Paragraph, Section, Table
 from servelab.report.inputs import ReportRun
 from servelab.report.plots import RunPlotInput, build_plots
+from servelab.report.sections._common import sentence
 from servelab.report.tables import sweep_header, sweep_rows
 
 __all__ = ["figures", "plot_input", "results_section"]
@@ -28,8 +29,7 @@ def results_section(run: ReportRun, *, plots: bool = True) -> Section:
             )
         )
     knee = find_knee(levels)
-    text = knee.explanation[0].upper() + knee.explanation[1:] + "."
-    blocks.append(Paragraph(text, "info" if knee.found else "plain"))
+    blocks.append(Paragraph(sentence(knee.explanation), "info" if knee.found else "plain"))
     if summary.sweep_stop is not None and summary.sweep_stop.reason != "levels":
         blocks.append(Paragraph(f"The sweep ended: {summary.sweep_stop.explanation}."))
     blocks += _what_happened(run)
