@@ -20,13 +20,14 @@ from servelab.engines.launcher import RunningEngine, launch_engine
 SERVELAB = [sys.executable, "-m", "servelab"]
 
 
-def sigint_as_at_a_terminal() -> None:
-    """Popen's preexec_fn for a child a test will Ctrl-C: SIGINT at its default.
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGINT handled here, so every child starts with it at its default, as at a terminal.
 
-    A shell starts a background job (`make test &`, a CI runner's detached step) with
-    SIGINT ignored, its children inherit that, and Python then keeps ignoring it; a
-    terminal's Ctrl-C always meets a process whose SIGINT is at its default."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    A shell starts a background job (`make test &`, a CI runner's detached step) with SIGINT
+    ignored and children inherit that, so the Ctrl-C tests' servelab would ignore it; a
+    handler (unlike an ignore) is reset to the default in every child that is exec'd."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

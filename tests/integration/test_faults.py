@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.launcher import free_port
-from tests.conftest import SERVELAB, sigint_as_at_a_terminal
+from tests.conftest import SERVELAB
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -178,7 +178,6 @@ def test_ctrl_c_keeps_partial_results(start_sim, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=sigint_as_at_a_terminal,
     )
     requests = out / "requests.jsonl"
     deadline = time.monotonic() + 60

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import SERVELAB, sigint_as_at_a_terminal
+from tests.conftest import SERVELAB
 from tests.vllm.conftest import (
     KV_CACHE_GIB,
     MAX_MODEL_LEN,
@@ -78,7 +78,6 @@ def test_stopping_a_bench_during_a_level_leaves_no_vllm(
         text=True,
         env=env,
         start_new_session=True,
-        preexec_fn=sigint_as_at_a_terminal,
     )  # fmt: skip
     try:
         summary = _wait_for_a_level(out, bench)
