@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from servelab.bench.noise import level_sample, ratio_band
 from servelab.report import write_report
 from servelab.report.compare import compare_runs
-from servelab.report.compare.noise import level_sample, ratio_band
 from servelab.report.compare.verdicts import METRICS
 from servelab.report.inputs import ReportRun, load_report_run
 from tests.conftest import SERVELAB

@@ -2,7 +2,7 @@
 band, and a verdict a person can repeat ("+56% total tok/s at concurrency 64, outside
 noise").
 
-A change is *outside noise* when its bootstrap band (compare.noise) leaves 1 out and it
+A change is *outside noise* when its bootstrap band (bench.noise) leaves 1 out and it
 is at least MIN_EFFECT: the band is drawn within each run, and repeating a run on the
 same machine moves a level by a few percent more than that band shows (benchmarks/
 README.md: repeated demo runs differ by up to ~2.5% at concurrency 1–4). Where a run has
@@ -18,8 +18,8 @@ from typing import Literal
 
 import numpy as np
 
+from servelab.bench.noise import Band, LevelSample, level_sample, rate_statistic, ratio_band
 from servelab.bench.results import LevelSummary
-from servelab.report.compare.noise import Band, LevelSample, level_sample, ratio_band
 from servelab.report.inputs import ReportRun
 from servelab.report.sections._common import load_text
 
@@ -34,19 +34,6 @@ def _tpot_ms(s: LevelSample, idx: np.ndarray) -> np.ndarray:
     out = s.output_tokens[idx]
     keep = out > 1
     return ((s.e2e_ms[idx] - s.ttft_ms[idx])[keep]) / (out[keep] - 1)
-
-
-def _rate(field: str) -> Callable[[LevelSample, np.ndarray], float]:
-    """A throughput of the level moved as the resample moves it (noise.py)."""
-
-    def statistic(s: LevelSample, idx: np.ndarray) -> float:
-        value = float(getattr(s.level, field))
-        if s.level.max_concurrency is not None:
-            return value * float(np.mean(s.e2e_ms) / np.mean(s.e2e_ms[idx]))
-        tokens = s.total_tokens if field == "total_throughput" else s.output_tokens
-        return value * float(np.mean(tokens[idx]) / np.mean(tokens))
-
-    return statistic
 
 
 def _single(s: LevelSample, idx: np.ndarray) -> float:
@@ -76,10 +63,18 @@ class CompareMetric:
 
 METRICS = (
     CompareMetric(
-        "total tok/s", "tok/s", True, lambda s: s.total_throughput, _rate("total_throughput")
+        "total tok/s",
+        "tok/s",
+        True,
+        lambda s: s.total_throughput,
+        rate_statistic("total_throughput"),
     ),
     CompareMetric(
-        "output tok/s", "tok/s", True, lambda s: s.output_throughput, _rate("output_throughput")
+        "output tok/s",
+        "tok/s",
+        True,
+        lambda s: s.output_throughput,
+        rate_statistic("output_throughput"),
     ),
     CompareMetric(
         "single-stream tok/s",

@@ -29,7 +29,15 @@ import numpy as np
 
 from servelab.bench.results import LevelSummary
 
-__all__ = ["BOOTSTRAP_RESAMPLES", "Band", "LevelSample", "level_sample", "ratio_band"]
+__all__ = [
+    "BOOTSTRAP_RESAMPLES",
+    "Band",
+    "LevelSample",
+    "Statistic",
+    "level_sample",
+    "rate_statistic",
+    "ratio_band",
+]
 
 BOOTSTRAP_RESAMPLES = 1000
 _NS_PER_MS = 1e6
@@ -135,3 +143,17 @@ def _resample(sample: LevelSample, rng: np.random.Generator) -> np.ndarray:
     starts = np.arange(0, n, size)
     chosen = rng.choice(starts, size=len(starts), replace=True)
     return np.concatenate([np.arange(s, min(s + size, n)) for s in chosen])
+
+
+def rate_statistic(field: str) -> Statistic:
+    """A throughput of the level (`total_throughput`, `output_throughput`) moved as a
+    resample moves it: by mean E2E in a closed loop, by its share of tokens in an open one."""
+
+    def statistic(s: LevelSample, idx: np.ndarray) -> float:
+        value = float(getattr(s.level, field))
+        if s.level.max_concurrency is not None:
+            return value * float(np.mean(s.e2e_ms) / np.mean(s.e2e_ms[idx]))
+        tokens = s.total_tokens if field == "total_throughput" else s.output_tokens
+        return value * float(np.mean(tokens[idx]) / np.mean(tokens))
+
+    return statistic
