@@ -1,0 +1,145 @@
+"""What a study found, as one document (study.json in the study's folder).
+
+It is rebuilt from the study's storage after every trial, by whichever worker finished
+it, so the file on each host says what the whole study knows at that moment. The report's
+tuning section, the plot and `servelab tune show` all read this one document.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "SCHEMA",
+    "STUDY_FILE",
+    "LayoutModel",
+    "ObjectiveSpec",
+    "ParamValue",
+    "StudyResult",
+    "TrialRole",
+    "TrialRow",
+    "TrialState",
+]
+
+SCHEMA = "servelab.tune/1"
+STUDY_FILE = "study.json"
+
+ParamValue = str | int | float | bool | None
+TrialState = Literal["complete", "pruned", "failed", "running", "waiting"]
+TrialRole = Literal["default", "diagnose", "search", "retry"]
+"""default: the base spec as given; diagnose: an action of diagnose on the default's run;
+search: the sampler's choice; retry: a trial whose worker died, run again."""
+
+
+class ObjectiveSpec(BaseModel):
+    """One quantity to optimise, measured at one load level of every trial."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metric: str = Field(description="total_throughput, output_throughput, request_goodput, ...")
+    at: float | None = Field(
+        description="The level (concurrency or request rate) it is read at; None: the highest."
+    )
+    direction: Literal["maximize", "minimize"]
+    unit: str = Field(description="tok/s, req/s, ms.")
+
+    @property
+    def label(self) -> str:
+        where = f" at {self.at:g}" if self.at is not None else ""
+        return f"{self.metric}{where}"
+
+
+class LayoutModel(BaseModel):
+    """The analytic model's account of one trial's layout at the objective's load: why one
+    layout beats another (all-reduces on the tensor-parallel path against the pipeline's
+    bubble and sends)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tp: int
+    pp: int
+    batch: float = Field(description="Requests decoding together in the modelled step.")
+    step_ms: float
+    allreduces: int = Field(description="Tensor-parallel all-reduces along one step's path.")
+    allreduce_bytes: float = Field(description="Bytes of each all-reduce (per rank).")
+    allreduce_ms: float = Field(description="Their total time in one step.")
+    pp_send_ms: float = Field(description="Activations sent between stages in one step.")
+    pp_bubble_fraction: float = Field(description="Share of stage time idle.")
+    tokens_per_s: float = Field(description="Decode tokens/s the model predicts at this batch.")
+    fits: bool
+    reason: str = Field(description="One sentence: what dominates this layout's step.")
+
+
+class TrialRow(BaseModel):
+    """One trial: what it set, what it measured, where its run directory is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    number: int
+    state: TrialState
+    role: TrialRole
+    params: dict[str, ParamValue] = Field(description="The searched values, by parameter path.")
+    values: list[float] | None = Field(
+        default=None, description="The objectives' values, in the study's order."
+    )
+    metrics: dict[str, float | None] = Field(
+        default_factory=dict, description="Every objective and constraint metric measured."
+    )
+    constraints: list[float] | None = Field(
+        default=None, description="Per constraint: <= 0 is met (Optuna's convention)."
+    )
+    feasible: bool | None = Field(default=None, description="Every constraint met.")
+    reason: str | None = Field(
+        default=None, description="Why it was pruned or failed, or stopped early."
+    )
+    signature: str | None = Field(
+        default=None, description="The engine log signature that explains a failed start."
+    )
+    run_dir: str | None = None
+    host: str | None = Field(default=None, description="The worker's host that ran it.")
+    retry_of: int | None = Field(default=None, description="The trial it repeats.")
+    duration_s: float | None = None
+    spec_yaml: str | None = Field(default=None, description="The launched spec (secrets hidden).")
+    command: list[str] | None = Field(default=None, description="The engine's launch command.")
+    model: LayoutModel | None = None
+
+
+class StudyResult(BaseModel):
+    """The study: its question, its trials, and the best of them."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    schema_: str = Field(default=SCHEMA, alias="schema")
+    name: str
+    storage: str = Field(description="The storage URL, password hidden.")
+    space_file: str | None = None
+    engine: str
+    workload: str = Field(description="The workload and load, in words.")
+    objectives: list[ObjectiveSpec]
+    constraints: list[str] = Field(default_factory=list)
+    sampler: str = Field(description="tpe, grid, or nsga2 (two objectives).")
+    trials: list[TrialRow]
+    best: list[int] = Field(
+        default_factory=list,
+        description="Best feasible trial numbers: one for one objective, the Pareto set for two.",
+    )
+    default_trial: int | None = Field(default=None, description="The base spec's trial.")
+    best_spec_yaml: str | None = None
+    best_command: list[str] | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    def trial(self, number: int) -> TrialRow | None:
+        return next((t for t in self.trials if t.number == number), None)
+
+    def gain_over_default(self, objective: int = 0) -> float | None:
+        """The first best trial's objective over the default's (None when either lacks it)."""
+        if not self.best or self.default_trial is None:
+            return None
+        best, base = self.trial(self.best[0]), self.trial(self.default_trial)
+        if best is None or base is None or not best.values or not base.values:
+            return None
+        if base.values[objective] == 0:
+            return None
+        return best.values[objective] / base.values[objective]
