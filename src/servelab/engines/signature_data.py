@@ -1321,6 +1321,17 @@ _TRANSFORMERS: tuple[Signature, ...] = (
         "loop: CUDA error: an illegal memory access was encountered",
     ),
     _sig(
+        "transformers.bad_attn_implementation",
+        _K.BAD_ARGUMENT,
+        _ERROR,
+        r"Unsupported attention implementation: '(?P<detail>[^']*)'",
+        literals=("Unsupported attention implementation",),
+        source=Source(TRANSFORMERS, "src/transformers/cli/serving/model_manager.py", _TF_VERSION),
+        example="ValueError: Unsupported attention implementation: 'paged|eager'. Must be one of "
+        "{'flash_attention_2', 'flex_attention', 'eager', 'sdpa', 'flash_attention_3'} or a hub "
+        "kernel (e.g. 'kernels-community/flash-attn2').",
+    ),
+    _sig(
         "transformers.typer_bad_option",
         _K.BAD_ARGUMENT,
         _ERROR,
