@@ -1,4 +1,5 @@
-"""`servelab report`: the state of the union of a run, as report.html and report.md."""
+"""`servelab report`: the state of the union of a run (or a tuning study), as report.html
+and report.md."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from rich.markup import escape
 
 from servelab.cli.exit_codes import handle_errors
 from servelab.cli.options import JsonOutput
-from servelab.report import TARGETS, parse_target, write_report
+from servelab.core.errors import ConfigError
+from servelab.report import TARGETS, is_study_dir, parse_target, write_report, write_study_report
 
 __all__ = ["Targets", "Title", "report"]
 
@@ -34,7 +36,7 @@ def report(
         list[Path],
         typer.Argument(
             help="Run directories (servelab run, bench or import): one to report, several to "
-            "compare with the first.",
+            "compare with the first; or one study folder (servelab tune, with study.json).",
             show_default=False,
         ),
     ],
@@ -42,7 +44,8 @@ def report(
         Path | None,
         typer.Option(
             help="Where report.html, report.md and plots/ go. Default: the run; for a "
-            "comparison, compare-A-vs-B/ beside the first run."
+            "comparison, compare-A-vs-B/ beside the first run. A study's report always goes "
+            "into the study folder."
         ),
     ] = None,
     target: Targets = None,
@@ -55,13 +58,23 @@ def report(
     launch command, spec), results (the sweep table and plots), findings (diagnose and
     the server's warnings), status (done, open, next). With several runs: the same
     sections side by side, and every later run against the first, per load and metric,
-    with a noise band and a verdict (within noise, better or worse outside noise).
+    with a noise band and a verdict (within noise, better or worse outside noise). With a
+    study folder: a Tuning section first (the question, the best trial or the Pareto set
+    and its gain over the default, the best spec and command, every trial, the plot, and
+    which layout wins and why), then the best trial's run in the six sections.
     """
     out_console = Console()
     err = Console(stderr=True)
     with handle_errors(err):
         targets = [parse_target(t) for t in target or []]
-        files = write_report(run_dirs, out=out, targets=targets, title=title)
+        if len(run_dirs) == 1 and is_study_dir(run_dirs[0]):
+            if out is not None:
+                raise ConfigError(
+                    "--out does not apply to a study: its report goes into the study folder"
+                )
+            files = write_study_report(run_dirs[0], title=title, targets=targets)
+        else:
+            files = write_report(run_dirs, out=out, targets=targets, title=title)
         if json_output:
             out_console.print_json(
                 data={

@@ -1,10 +1,12 @@
 """Pure renderers: results in, tables and documents out; nothing is printed here.
 
-`write_report` is the one writer: the run's report.html and report.md (report.write).
+`write_report` is the one writer: the run's report.html and report.md (report.write);
+`write_study_report` writes a tuning study's (report.study) with the same machinery.
 """
 
 from servelab.report.model import render_model_comparison, render_model_report
 from servelab.report.probe import render_probe
+from servelab.report.study import is_study_dir, write_study_report
 from servelab.report.tables import render_sweep, sweep_header, sweep_rows
 from servelab.report.targets import TARGETS, Target, TargetResult, evaluate_targets, parse_target
 from servelab.report.verdicts import render_verdicts
@@ -16,6 +18,7 @@ __all__ = [
     "Target",
     "TargetResult",
     "evaluate_targets",
+    "is_study_dir",
     "parse_target",
     "render_model_comparison",
     "render_model_report",
@@ -26,4 +29,5 @@ __all__ = [
     "sweep_rows",
     "write_report",
     "write_run_report",
+    "write_study_report",
 ]

@@ -21,7 +21,7 @@ from servelab.report.sections import build_report
 from servelab.report.targets import Target
 from servelab.store import REPORT_HTML_FILE, REPORT_MD_FILE, RunDir
 
-__all__ = ["ReportFiles", "write_report", "write_run_report"]
+__all__ = ["ReportFiles", "write_document", "write_report", "write_run_report"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +50,18 @@ def write_report(
     folder = out or runs[0].path.parent / (
         "compare-" + "-vs-".join(p.resolve().name for p in run_dirs)
     )
-    return _write(build_comparison(runs, targets=targets, title=title), folder)
+    return write_document(build_comparison(runs, targets=targets, title=title), folder)
 
 
 def write_run_report(
     run: ReportRun, *, out: Path, targets: Sequence[Target] = (), title: str | None = None
 ) -> ReportFiles:
     """Render `run` into `out`: report.html, report.md and plots/<key>.png."""
-    return _write(build_report(run, targets=targets, title=title), out)
+    return write_document(build_report(run, targets=targets, title=title), out)
 
 
-def _write(report: Report, out: Path) -> ReportFiles:
+def write_document(report: Report, out: Path) -> ReportFiles:
+    """Render a built report into `out` (a run's, a comparison's or a study's)."""
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / PLOTS_DIR).mkdir(exist_ok=True)

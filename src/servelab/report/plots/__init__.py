@@ -25,10 +25,13 @@ from servelab.report.plots.distributions import itl_ms, ttft_ms, weighted_percen
 from servelab.report.plots.render import plot_id, render_png, render_svg
 from servelab.report.plots.sweep import pareto_frontier
 from servelab.report.plots.timelines import MAX_POINTS, level_windows, run_origin_ns
+from servelab.report.plots.tuning import TUNING_KEY, TUNING_PARETO_KEY, tuning_plot
 
 __all__ = [
     "MAX_POINTS",
     "PLOT_KEYS",
+    "TUNING_KEY",
+    "TUNING_PARETO_KEY",
     "Band",
     "Box",
     "Line",
@@ -47,5 +50,6 @@ __all__ = [
     "render_svg",
     "run_origin_ns",
     "ttft_ms",
+    "tuning_plot",
     "weighted_percentiles",
 ]

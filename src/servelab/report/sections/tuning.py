@@ -1,0 +1,476 @@
+"""The Tuning section: a study's question, its answer, every trial, and for a searched
+layout which one wins and why, from study.json.
+
+The answer comes first (the best trial or the Pareto set, its gain over the default spec,
+the spec and its exact command), then the trial table and the plot. Where trials differ in
+layout, a table puts each layout's best measurement beside the analytic model's account of
+its step (all-reduces against the pipeline's bubble and sends), and one sentence built from
+those numbers says which layout wins here, by how much, and whether the model agrees.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import PurePath
+
+from servelab.core.units import GIB, KIB, MIB
+from servelab.engines.base import LAYOUT_NAMES
+from servelab.report.compare.verdicts import MIN_EFFECT
+from servelab.report.document import (
+    Block,
+    Bullets,
+    Code,
+    Figure,
+    KeyValues,
+    Paragraph,
+    Section,
+    Table,
+    Tone,
+)
+from servelab.report.plots import tuning_plot
+from servelab.report.sections._common import sentence
+from servelab.tune.results import (
+    LayoutModel,
+    ObjectiveSpec,
+    ParamValue,
+    StudyResult,
+    TrialRow,
+)
+
+__all__ = ["layout_answer", "tuning_headline", "tuning_section"]
+
+_STATES = ("complete", "pruned", "failed", "running", "waiting")
+_BASE_LAYOUT = "the base spec's layout"
+"""A trial that neither searched a layout size nor has the model's account keeps the base's."""
+
+
+def tuning_section(study: StudyResult, *, notes: Sequence[str] = ()) -> Section:
+    """The study as one section: question, answer, trials (with the plot), layouts; `notes`
+    are the report's own (a trial's run directory it could not read)."""
+    subsections = [
+        Section("tuning-question", "Question", _question(study)),
+        Section("tuning-answer", "Answer", _answer(study)),
+        Section("tuning-trials", "Trials", _trials(study)),
+    ]
+    layouts = _layouts(study)
+    if layouts:
+        subsections.append(Section("tuning-layout", "Layout", _layout_blocks(study, layouts)))
+    blocks: list[Block] = [Paragraph(_summary(study))]
+    everything = [*study.notes, *notes]
+    if everything:
+        blocks.append(Bullets([("plain", note, []) for note in dict.fromkeys(everything)]))
+    return Section("tuning", "Tuning", blocks, subsections)
+
+
+def tuning_headline(study: StudyResult) -> list[tuple[Tone, str]]:
+    """The study's answer in a line or two, for the top of the report."""
+    best = [t for n in study.best if (t := study.trial(n)) is not None]
+    if not best:
+        return [("bad", f"Tuning: {_summary(study)} No feasible trial yet, so no best spec.")]
+    if len(study.objectives) == 1:
+        line = f"Tuning: trial {best[0].number} is the best of {len(study.trials)}: " + _gain(
+            study, best[0]
+        )
+    else:
+        names = " and ".join(o.label for o in study.objectives)
+        line = (
+            f"Tuning: the Pareto set of {names} is trial(s) "
+            f"{', '.join(str(t.number) for t in best)} of {len(study.trials)}."
+        )
+    lines: list[tuple[Tone, str]] = [("good", sentence(line))]
+    answer = layout_answer(study)
+    if answer is not None:
+        lines.append(("info", answer))
+    return lines
+
+
+def layout_answer(study: StudyResult) -> str | None:
+    """'tp=4,pp=2 beats tp=8 by 1.30x here (...); the model: ...', from the measured values
+    and the model's numbers; None when the study did not search layouts."""
+    layouts = _layouts(study)
+    if not layouts or not study.objectives:
+        return None
+    objective = study.objectives[0]
+    ranked = sorted(
+        (lay for lay in layouts if lay.value is not None),
+        key=lambda lay: _sign(objective) * (lay.value or 0.0),
+        reverse=True,
+    )
+    if not ranked:
+        return f"No layout was measured yet ({', '.join(lay.name for lay in layouts)})."
+    win = ranked[0]
+    if len(ranked) == 1:
+        others = [lay.name for lay in layouts if lay is not win]
+        why = f"; not measured: {', '.join(others)}" if others else ""
+        return f"Only {win.name} was measured here{why}."
+    lose = ranked[1]
+    w, lo = win.value or 0.0, lose.value or 0.0
+    measured = f"{study.workload}; {objective.label}: {_num(w)} against {_num(lo)} {objective.unit}"
+    ratio = _factor(w, lo, objective)
+    if ratio is None:  # a value of 0 or below: no factor to give
+        text = f"{win.name} beats {lose.name} here ({measured})"
+    elif ratio - 1 < MIN_EFFECT:
+        text = (
+            f"{win.name} and {lose.name} measure within {MIN_EFFECT:.0%} of each other here "
+            f"({measured}): neither layout wins"
+        )
+    else:
+        text = f"{win.name} beats {lose.name} by {ratio:.2f}x here ({measured})"
+    return f"{text}; {_model_says(win, lose)}."  # not sentence(): 'tp=8' stays lower case
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The trials of one layout: its best measured trial and the model's account of it."""
+
+    name: str
+    trials: tuple[TrialRow, ...]
+    best: TrialRow | None
+    value: float | None
+    """The best trial's first objective."""
+    model: LayoutModel | None
+
+
+def _summary(study: StudyResult) -> str:
+    states = {state: sum(t.state == state for t in study.trials) for state in _STATES}
+    counts = ", ".join(f"{n} {state}" for state, n in states.items() if n)
+    return f"Study {study.name}: {len(study.trials)} trials ({counts or 'none yet'})."
+
+
+def _answer(study: StudyResult) -> list[Block]:
+    best = [t for n in study.best if (t := study.trial(n)) is not None]
+    if not best:
+        return [Paragraph("No feasible trial yet: the study has no best spec.", "bad")]
+    blocks: list[Block] = []
+    if len(study.objectives) == 1:
+        trial = best[0]
+        text = f"Best: trial {trial.number} ({trial.role}): {_gain(study, trial)}"
+        blocks.append(Paragraph(sentence(text), "good"))
+    else:
+        numbers = ", ".join(str(t.number) for t in best)
+        blocks.append(
+            Paragraph(
+                f"The Pareto set: trials {numbers}, the feasible trials no other feasible trial "
+                "beats on every objective. Each against the default:",
+                "good",
+            )
+        )
+        blocks.append(_pareto_table(study, best))
+    changes = _changes(study, best[0])
+    if changes:
+        blocks += [
+            Paragraph(f"Trial {best[0].number} against the default spec:"),
+            Bullets([("plain", change, []) for change in changes]),
+        ]
+    spec = study.best_spec_yaml or best[0].spec_yaml
+    if spec:
+        blocks += [
+            Paragraph(f"The best spec (best.yaml, trial {best[0].number}):"),
+            Code(spec, "yaml"),
+        ]
+    command = study.best_command or best[0].command
+    if command:
+        blocks += [Paragraph("Its launch command, exactly:"), Code(shlex.join(command), "console")]
+    return blocks
+
+
+def _gain(study: StudyResult, best: TrialRow) -> str:
+    """'total_throughput at 64 = 1,300 tok/s, 1.30x the default's 1,000 (trial 0, +30%)'."""
+    objective = study.objectives[0]
+    text = f"{objective.label} = {_objective(best, 0)} {objective.unit}"
+    base = study.trial(study.default_trial) if study.default_trial is not None else None
+    if base is None:
+        return text + "; the study has no default trial to compare with"
+    if base.number == best.number:
+        return text + ": the default spec itself, no trial beat it"
+    ratio = study.gain_over_default()
+    if ratio is None or not base.values:
+        return text + f"; the default (trial {base.number}) measured nothing to compare with"
+    return (
+        f"{text}, {ratio:.2f}x the default's {_num(base.values[0])} "
+        f"(trial {base.number}, {ratio - 1:+.0%})"
+    )
+
+
+def _ratio(trial: TrialRow, base: TrialRow | None, index: int) -> float | None:
+    if base is None or not trial.values or not base.values or base.values[index] == 0:
+        return None
+    return trial.values[index] / base.values[index]
+
+
+def _pareto_table(study: StudyResult, best: list[TrialRow]) -> Table:
+    base = study.trial(study.default_trial) if study.default_trial is not None else None
+    header = ["trial", *(f"{o.label} ({o.unit})" for o in study.objectives)]
+    header += [f"vs default: {o.label}" for o in study.objectives]
+    rows = []
+    for trial in best:
+        values = [_objective(trial, i) for i in range(len(study.objectives))]
+        ratios = [_ratio(trial, base, i) for i in range(len(study.objectives))]
+        rows.append(
+            [str(trial.number), *values, *("-" if r is None else f"{r:.2f}x" for r in ratios)]
+        )
+    return Table(header, rows, right=frozenset(range(1, len(header))))
+
+
+def _changes(study: StudyResult, trial: TrialRow) -> list[str]:
+    """What the trial sets that the default does not: 'max_running_requests: 64 → 256'."""
+    base = study.trial(study.default_trial) if study.default_trial is not None else None
+    if base is None or base.number == trial.number:
+        return []
+    return [
+        f"{name}: {_param(base.params.get(name))} → {_param(value)}"
+        for name, value in trial.params.items()
+        if base.params.get(name) != value
+    ]
+
+
+def _question(study: StudyResult) -> list[Block]:
+    facts = [
+        ("engine", study.engine),
+        ("workload", study.workload),
+        ("sampler", study.sampler),
+        ("storage", study.storage),
+        ("search space", study.space_file or "not recorded"),
+        ("default trial", "none" if study.default_trial is None else str(study.default_trial)),
+    ]
+    rows = [
+        [o.metric, o.direction, "the highest level" if o.at is None else f"{o.at:g}", o.unit]
+        for o in study.objectives
+    ]
+    blocks: list[Block] = [
+        KeyValues(facts),
+        Table(["objective", "direction", "read at load", "unit"], rows, caption="Objectives"),
+    ]
+    if study.constraints:
+        blocks += [
+            Paragraph("A trial is feasible when it meets every constraint:"),
+            Bullets([("plain", c, []) for c in study.constraints]),
+        ]
+    else:
+        blocks.append(Paragraph("No constraint: every measured trial is feasible."))
+    return blocks
+
+
+def _trials(study: StudyResult) -> list[Block]:
+    params = list(dict.fromkeys(name for t in study.trials for name in t.params))
+    shown = {o.metric for o in study.objectives} | {o.label for o in study.objectives}
+    metrics = [
+        m for m in dict.fromkeys(m for t in study.trials for m in t.metrics) if m not in shown
+    ]
+    header = ["trial", "role", "state", *params]
+    header += [f"{o.label} ({o.unit})" for o in study.objectives]
+    header += [*metrics, "feasible", "why", "run"]
+    first_number = 3 + len(params)
+    best = set(study.best)
+    mark = "best" if len(study.objectives) == 1 else "Pareto"
+    rows, tones = [], []
+    for trial in sorted(study.trials, key=lambda t: t.number):
+        why = "; ".join(p for p in (trial.reason, trial.signature) if p)
+        rows.append(
+            [
+                f"{trial.number} ({mark})" if trial.number in best else str(trial.number),
+                trial.role,
+                trial.state,
+                *(_param(trial.params[p]) if p in trial.params else "" for p in params),
+                *(_objective(trial, i) for i in range(len(study.objectives))),
+                *(_num(trial.metrics.get(m)) for m in metrics),
+                {True: "yes", False: "no", None: "-"}[trial.feasible],
+                why,
+                PurePath(trial.run_dir).name if trial.run_dir else "-",
+            ]
+        )
+        tones.append(_tone(trial, best))
+    right = frozenset(range(first_number, first_number + len(study.objectives) + len(metrics)))
+    blocks: list[Block] = [Table(header, rows, tones=tones, right=right)]
+    plot = tuning_plot(study)
+    if plot.missing is None:
+        blocks.append(Figure(plot))
+    else:
+        blocks.append(Bullets([("plain", f"{plot.title}: not drawn, {plot.missing}", [])]))
+    return blocks
+
+
+def _tone(trial: TrialRow, best: set[int]) -> Tone:
+    if trial.number in best:
+        return "good"
+    if trial.state == "failed":
+        return "bad"
+    if trial.state == "pruned" or trial.feasible is False:
+        return "warn"
+    return "plain"
+
+
+def _layouts(study: StudyResult) -> list[_Layout]:
+    """Trials grouped by layout, when the study searched one (layout params or a model)."""
+    if not any(t.model is not None or _layout_params(t) for t in study.trials):
+        return []
+    groups: dict[str, list[TrialRow]] = {}
+    for trial in sorted(study.trials, key=lambda t: t.number):
+        groups.setdefault(_layout_name(trial), []).append(trial)
+    objective = study.objectives[0] if study.objectives else None
+    layouts = []
+    for name, trials in groups.items():
+        measured = [
+            t for t in trials if t.state == "complete" and t.values and t.feasible is not False
+        ]
+        best = max(measured, key=lambda t: _sign(objective) * _value(t), default=None)
+        model = best.model if best is not None else None
+        model = model or next((t.model for t in trials if t.model is not None), None)
+        value = _value(best) if best is not None else None
+        layouts.append(_Layout(name, tuple(trials), best, value, model))
+    return layouts
+
+
+def _layout_params(trial: TrialRow) -> dict[str, ParamValue]:
+    """The searched layout sizes, by name: `tp`, `layout.tp` and `engine.tp` all give tp."""
+    found: dict[str, ParamValue] = {}
+    for path, value in trial.params.items():
+        name = path.rsplit(".", 1)[-1]
+        if name in LAYOUT_NAMES:
+            found[name] = value
+    return found
+
+
+def _layout_name(trial: TrialRow) -> str:
+    """'tp=4,pp=2': the model's tp and pp over the params', sizes of 1 left out but one."""
+    sizes = _layout_params(trial)
+    if trial.model is not None:
+        sizes |= {"tp": trial.model.tp, "pp": trial.model.pp}
+    if not sizes:
+        return _BASE_LAYOUT
+    named = [f"{n}={sizes[n]}" for n in LAYOUT_NAMES if n in sizes and sizes[n] != 1]
+    return ",".join(named) or "tp=1"
+
+
+def _layout_blocks(study: StudyResult, layouts: list[_Layout]) -> list[Block]:
+    objective = study.objectives[0] if study.objectives else None
+    measured_header = f"best {objective.label} ({objective.unit})" if objective else "best"
+    header = [
+        "layout",
+        "trials",
+        measured_header,
+        "model step ms",
+        "all-reduces x bytes",
+        "all-reduce ms",
+        "pipeline send ms",
+        "bubble",
+        "model tok/s",
+        "model's reason",
+    ]
+    rows = []
+    for lay in layouts:
+        m = lay.model
+        measured = (
+            f"{_num(lay.value)} (trial {lay.best.number})"
+            if lay.best is not None
+            else ("does not fit" if m is not None and not m.fits else "not measured")
+        )
+        model_cells = (
+            [
+                f"{m.step_ms:.3g}",
+                f"{m.allreduces} x {_bytes(m.allreduce_bytes)}",
+                f"{m.allreduce_ms:.3g}",
+                f"{m.pp_send_ms:.3g}",
+                f"{m.pp_bubble_fraction:.0%}",
+                f"{m.tokens_per_s:,.0f}",
+                m.reason,
+            ]
+            if m is not None
+            else ["-"] * 6 + ["the model did not account for this layout"]
+        )
+        rows.append(
+            [lay.name, ", ".join(str(t.number) for t in lay.trials), measured, *model_cells]
+        )
+    table = Table(
+        header,
+        rows,
+        caption="Each layout's best feasible measurement beside the model's step at that load",
+        right=frozenset(range(2, 9)),
+    )
+    blocks: list[Block] = [table]
+    answer = layout_answer(study)
+    if answer is not None:
+        blocks.append(Paragraph(answer, "info"))
+    return blocks
+
+
+def _model_says(win: _Layout, lose: _Layout) -> str:
+    """The model's account of the two layouts and whether it ranks them as measured."""
+    if win.model is None or lose.model is None:
+        return "the model did not account for " + (
+            "either layout" if win.model is lose.model else (lose if win.model else win).name
+        )
+    a, b = win.model, lose.model
+    if b.tokens_per_s == a.tokens_per_s:
+        verdict = "level, as it predicts them"
+    else:
+        agrees = a.tokens_per_s > b.tokens_per_s
+        verdict = "as measured" if agrees else "the opposite of what was measured"
+    return (
+        f"the model: {win.name} {_step(a)}; {lose.name} {_step(b)}; it predicts "
+        f"{a.tokens_per_s:,.0f} against {b.tokens_per_s:,.0f} tok/s, {verdict}"
+    )
+
+
+def _step(m: LayoutModel) -> str:
+    """'spends 4.6 ms of its 25 ms step in 78 all-reduces of 1.5 MiB, plus 0.4 ms of
+    pipeline sends and a 12% bubble'."""
+    text = (
+        f"spends {m.allreduce_ms:.3g} ms of its {m.step_ms:.3g} ms step in {m.allreduces} "
+        f"all-reduces of {_bytes(m.allreduce_bytes)}"
+    )
+    if m.pp > 1:
+        text += f", plus {m.pp_send_ms:.3g} ms of pipeline sends and a "
+        text += f"{m.pp_bubble_fraction:.0%} bubble"
+    return text
+
+
+def _factor(a: float, b: float, objective: ObjectiveSpec) -> float | None:
+    """How many times better a is than b (>= 1 when a is the better)."""
+    if a <= 0 or b <= 0:
+        return None
+    return a / b if objective.direction == "maximize" else b / a
+
+
+def _sign(objective: ObjectiveSpec | None) -> float:
+    return -1.0 if objective is not None and objective.direction == "minimize" else 1.0
+
+
+def _value(trial: TrialRow) -> float:
+    """The first objective of a measured trial."""
+    return trial.values[0] if trial.values else 0.0
+
+
+def _objective(trial: TrialRow, index: int) -> str:
+    if trial.values is None or len(trial.values) <= index:
+        return "-"
+    return _num(trial.values[index])
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3g}"
+
+
+def _param(value: ParamValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _bytes(size: float) -> str:
+    for unit, factor in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if size >= factor:
+            return f"{size / factor:.3g} {unit}"
+    return f"{size:.0f} B"
