@@ -209,7 +209,7 @@ class LevelSummary(BaseModel):
     notes: list[str] = Field(default_factory=list, description="Caveats about this level.")
 
 
-StopReason = Literal["knee", "errors", "slo", "kv", "max", "levels"]
+StopReason = Literal["knee", "errors", "slo", "kv", "max", "levels", "behind"]
 
 
 class SweepStop(BaseModel):
@@ -217,7 +217,10 @@ class SweepStop(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    reason: StopReason = Field(description="knee, errors, slo, kv, max, or levels (all run).")
+    reason: StopReason = Field(
+        description="knee, errors, slo, kv, max, levels (all run), or behind (a tuning trial "
+        "stopped early, below the best trial so far)."
+    )
     level: int | None = Field(description="The level that ended it; None when all ran.")
     explanation: str
 

@@ -8,7 +8,7 @@ updated at the start and the end. Ctrl-C keeps all of it and raises `Interrupted
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -88,6 +88,9 @@ class BenchConfig:
     """Where the engine's Prometheus /metrics is scraped (at its root); None: not scraped."""
     sweep: SweepPlan | None = None
     """Closed loop: choose the levels as they finish (bench.sweep), in place of `levels`."""
+    stop_early: Callable[[Sequence[LevelSummary]], SweepStop | None] | None = None
+    """Asked after every level: a SweepStop ends the sweep there (a tuning trial that is
+    already far behind the best one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +225,11 @@ class _Session:
         """The next level: the plan's choice after what ran, else the next of `levels`."""
         c = self.config
         index = len(self.levels)
+        if c.stop_early is not None and self.levels:
+            stop = c.stop_early(self.levels)
+            if stop is not None:
+                self.stop = stop
+                return None
         if c.sweep is not None:
             choice = next_level(c.sweep, self.levels)
             if isinstance(choice, SweepStop):

@@ -1,0 +1,200 @@
+"""Before a trial launches: does its layout fit the machine, and what does the model say?
+
+A layout needing more GPUs than the engine may use, or weights that leave no room for a
+KV cache (per `servelab model`), is pruned with the reason, at no launch cost. Where the
+model knows the deployment, each trial also carries the model's account of its step (the
+tensor-parallel all-reduces against the pipeline's bubble and sends), so a study over
+layouts says *why* one won.
+
+The deployment comes from the spec: the simulator's model profile names it in its
+options (model, gpu, weights, kv_dtype, calibrate); the story profile is GLM-5 NVFP4 on
+RTX PRO 6000; any other engine's model is a preset or a config.json, on the probe's GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servelab.core.errors import ConfigError
+from servelab.engines.base import EngineSpec
+from servelab.model import Deployment, decode_step, deploy
+from servelab.model.gpus import gpu_by_slug, gpu_for_nvml_name
+from servelab.model.presets import resolve_model
+from servelab.probe.report import ProbeReport
+from servelab.tune.params import layout_label, layout_of
+from servelab.tune.results import LayoutModel
+
+__all__ = ["Fit", "available_gpus", "check_fit", "layout_model"]
+
+_ACTIVATION_BYTES = 2
+"""bf16 activations: what each tensor-parallel all-reduce carries per token and hidden unit."""
+_STORY = ("glm-5-nvfp4", "rtx-pro-6000", "nvfp4")
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """Whether a trial's layout can run here; `reason` says why not."""
+
+    ok: bool
+    reason: str | None = None
+    deployment: Deployment | None = None
+
+
+def available_gpus(spec: EngineSpec, probe: ProbeReport | None, given: int | None) -> int | None:
+    """GPUs the engine may use: the space's `gpus`, the simulator's own count, else the
+    probe's (CUDA_VISIBLE_DEVICES counted); None when nothing says."""
+    if given is not None:
+        return given
+    if spec.engine == "sim":
+        count = spec.options.get("gpus")
+        return int(count) if isinstance(count, int) else None
+    if probe is None or probe.gpus is None or not probe.gpus.gpus:
+        return None
+    visible = spec.env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([part for part in visible.split(",") if part.strip()])
+    return len(probe.gpus.gpus)
+
+
+def check_fit(spec: EngineSpec, probe: ProbeReport | None, gpus: int | None) -> Fit:
+    """The layout against the GPU count, then against the model (heads that divide, weights
+    that leave room for a KV cache) where the model knows the deployment."""
+    needed = spec.tp * spec.pp * spec.dp
+    label = layout_label(layout_of(spec))
+    if gpus is not None and needed > gpus:
+        return Fit(False, f"{label} needs {needed} GPUs; {gpus} available")
+    target = _target(spec, probe)
+    if target is None:
+        return Fit(True)
+    try:
+        return Fit(True, None, target.deploy())
+    except ConfigError as exc:
+        return Fit(False, str(exc))
+
+
+def layout_model(
+    dep: Deployment, *, batch: float, context_tokens: float, fits: bool
+) -> LayoutModel:
+    """The model's decode step of `dep` at `batch`, its communication laid out."""
+    step = decode_step(dep, batch, context_tokens)
+    per_replica = batch / max(dep.layout.dp, 1)
+    message = per_replica * dep.model.hidden * _ACTIVATION_BYTES
+    return LayoutModel(
+        tp=dep.layout.tp,
+        pp=dep.layout.pp,
+        batch=batch,
+        step_ms=step.step_s * 1e3,
+        allreduces=step.allreduces,
+        allreduce_bytes=message if step.allreduces else 0.0,
+        allreduce_ms=step.allreduce_s * 1e3,
+        pp_send_ms=step.pp_send_s * 1e3,
+        pp_bubble_fraction=step.pp_bubble_fraction,
+        tokens_per_s=step.tokens_per_s,
+        fits=fits,
+        reason=_dominant(
+            step.step_s,
+            step.allreduce_s,
+            step.pp_send_s,
+            step.pp_bubble_fraction,
+            step.gpu_busy_s,
+            step.allreduces,
+            message,
+        ),
+    )
+
+
+def _dominant(
+    step_s: float,
+    allreduce_s: float,
+    send_s: float,
+    bubble: float,
+    busy_s: float,
+    allreduces: int,
+    message: float,
+) -> str:
+    """One sentence naming the largest share of the modelled step."""
+    shares = {
+        f"{allreduces} all-reduces of {_bytes(message)} each take {allreduce_s * 1e3:.1f} ms"
+        f" ({allreduce_s / step_s:.0%} of the step)": allreduce_s,
+        f"pipeline sends take {send_s * 1e3:.1f} ms and {bubble:.0%} of stage time idles in the"
+        f" bubble": send_s + bubble * step_s,
+        f"the GPUs' own work is {busy_s * 1e3:.1f} ms ({busy_s / step_s:.0%} of the step)": busy_s,
+    }
+    return max(shares, key=lambda text: shares[text])
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:.0f} {unit}"
+    return f"{n:.0f} B"
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """A deployment the model knows (its model and GPU resolve), at the spec's layout."""
+
+    model: str
+    gpu: str
+    spec: EngineSpec
+    weights: str | None = None
+    kv_dtype: str = "bf16"
+    calibration: str | None = None
+
+    def deploy(self) -> Deployment:
+        """The deployment; a ConfigError says why this layout cannot run it."""
+        spec = self.spec
+        return deploy(
+            self.model,
+            gpu=self.gpu,
+            gpus=spec.tp * spec.pp * spec.dp,
+            tp=spec.tp,
+            pp=spec.pp,
+            ep=spec.ep,
+            dp=spec.dp,
+            weights=self.weights,
+            kv_dtype=self.kv_dtype,
+            calibration=self.calibration,
+        )
+
+
+def _target(spec: EngineSpec, probe: ProbeReport | None) -> _Target | None:
+    """What the model would deploy for `spec`; None when it cannot know the model or GPU."""
+    options = spec.options
+    if spec.engine == "sim" and options.get("profile") == "glm5-rtxpro6000-tp8":
+        story_model, story_gpu, story_weights = _STORY
+        return _Target(story_model, story_gpu, EngineSpec(engine="sim", tp=8), story_weights)
+    model: Any
+    gpu: Any
+    if spec.engine == "sim":
+        model, gpu = options.get("model"), options.get("gpu")
+    else:
+        model, gpu = spec.model, _probe_gpu(probe)
+    if not isinstance(model, str) or not isinstance(gpu, str):
+        return None
+    try:
+        resolve_model(model)
+        gpu_by_slug(gpu)
+    except ConfigError:
+        return None
+    if spec.engine != "sim":
+        return _Target(model, gpu, spec)
+    calibrate = options.get("calibrate")
+    weights: Any = options.get("weights")
+    return _Target(
+        model,
+        gpu,
+        spec,
+        weights=str(weights) if weights else None,
+        kv_dtype=str(options.get("kv_dtype", "bf16")),
+        calibration=str(calibrate) if calibrate and Path(str(calibrate)).is_file() else None,
+    )
+
+
+def _probe_gpu(probe: ProbeReport | None) -> str | None:
+    if probe is None or probe.gpus is None or not probe.gpus.gpus:
+        return None
+    found = gpu_for_nvml_name(probe.gpus.gpus[0].name or "")
+    return found.slug if found is not None else None

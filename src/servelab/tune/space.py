@@ -1,0 +1,357 @@
+"""The search space file (SPACE.yaml): the base spec, what to vary, the load, the goal.
+
+    study: story-cap                 # default: the file's name
+    base:                            # an engine spec, or the path of one
+      engine: sim
+      options: {profile: glm5-rtxpro6000-tp8, time_scale: 10}
+      knobs: {max_running_requests: 64}
+    space:
+      knobs.max_running_requests: [64, 128, 256]        # a list: categorical
+      knobs.mem_fraction: {low: 0.8, high: 0.95}        # a range: float
+      knobs.max_batch_tokens: {low: 1024, high: 16384, log: true}   # int, log scale
+      layout: [{tp: 8}, {tp: 4, pp: 2}, {tp: 2, pp: 4}]
+      env.NCCL_ALGO: [Ring, Tree, null]                 # null: unset
+      args.--enable-mixed-chunk: [true, false]          # a native switch
+      args.--num-continuous-decode-steps: [1, 2, 4]     # a native flag with a value
+    workload: {input_len: 256, output_len: 128}
+    load: {concurrency: [1, 128], duration: 20s}
+    objective: total_throughput@128  # or [total_throughput@128, single_stream_tok_s]
+    constraints: ["p99_ttft_ms <= 2000", "error_rate <= 0.01"]
+    trials: 12
+
+The base's own value of every searched setting is always a candidate, so the first trial
+(the base as given) lies inside the space and the sampler learns from it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from servelab.bench.load import LoadMode
+from servelab.bench.workload import WorkloadSpec, parse_dataset
+from servelab.core.errors import ConfigError
+from servelab.core.units import parse_duration_s, parse_slos
+from servelab.engines.base import LAYOUT_NAMES, EngineSpec
+from servelab.engines.spec import load_spec, parse_spec
+from servelab.tune.params import Param, param_from_yaml
+from servelab.tune.results import ObjectiveSpec
+from servelab.tune.targets import Constraint, parse_constraint, parse_objective
+
+__all__ = ["DEFAULT_TRIALS", "LoadPlan", "SearchSpace", "load_space", "parse_space"]
+
+DEFAULT_TRIALS = 20
+DEFAULT_EARLY_STOP = 0.5
+"""A trial whose first level reaches less than half the best trial's there is stopped."""
+MAX_OBJECTIVES = 2
+
+Sampler = Literal["auto", "tpe", "grid", "random"]
+
+
+class _LoadFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: list[int] | int | None = None
+    request_rate: list[float] | float | None = None
+    duration: str | float | None = None
+    num_requests: int | None = Field(default=None, ge=1)
+    warmup: int = Field(default=1, ge=0)
+
+
+class _WorkloadFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: str = "random"
+    input_len: int = Field(default=256, ge=1, le=10_000_000)
+    output_len: int | None = Field(default=128, ge=1, le=10_000_000)
+    range_ratio: float = Field(default=1.0, gt=0, le=1)
+    shared_prefix_len: int = Field(default=0, ge=0)
+    seed: int = 0
+
+
+class _SpaceFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    study: str | None = None
+    base: dict[str, Any] | str
+    gpus: int | None = Field(default=None, ge=1)
+    space: dict[str, Any] = Field(default_factory=dict)
+    workload: _WorkloadFile = Field(default_factory=_WorkloadFile)
+    load: _LoadFile = Field(default_factory=_LoadFile)
+    objective: str | dict[str, Any] | list[str | dict[str, Any]] = "total_throughput"
+    constraints: list[str] = Field(default_factory=list)
+    slo: str | None = None
+    trials: int = Field(default=DEFAULT_TRIALS, ge=1, le=10_000)
+    time_budget: str | None = None
+    early_stop: float = Field(default=DEFAULT_EARLY_STOP, ge=0, lt=1)
+    sampler: Sampler = "auto"
+    seed: int = 0
+    diagnose_seeds: int = Field(default=3, ge=0, le=20)
+
+    @field_validator("study")
+    @classmethod
+    def _name(cls, name: str | None) -> str | None:
+        if name is not None and not _valid_name(name):
+            raise ValueError("a study name is letters, digits, '.', '_' and '-'")
+        return name
+
+
+class LoadPlan(BaseModel):
+    """The load every trial runs: closed or open loop levels, each bounded."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mode: LoadMode
+    levels: list[float]
+    duration_s: float | None
+    num_requests: int | None
+    warmup: int
+
+    def text(self) -> str:
+        what = "concurrency" if self.mode is LoadMode.CONCURRENCY else "request rate"
+        levels = ", ".join(f"{v:g}" for v in self.levels)
+        bound = (
+            f"{self.duration_s:g} s per level"
+            if self.duration_s is not None
+            else f"{self.num_requests} requests per level"
+            if self.num_requests is not None
+            else "the default requests per level"
+        )
+        return f"{what} {levels}; {bound}"
+
+
+class SearchSpace(BaseModel):
+    """A study's question, checked: every path known, every range sane."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    name: str
+    source: str | None
+    text: str = Field(description="The file as given, kept with the study.")
+    document: dict[str, Any] = Field(
+        description="The file's content with the base spec inlined: what another host's "
+        "worker rebuilds the space from."
+    )
+    base: EngineSpec
+    gpus: int | None
+    params: list[Param]
+    workload: WorkloadSpec
+    load: LoadPlan
+    objectives: list[ObjectiveSpec]
+    constraints: list[Constraint]
+    slo_ms: dict[str, float] | None
+    trials: int
+    time_budget_s: float | None
+    early_stop: float
+    sampler: Sampler
+    seed: int
+    diagnose_seeds: int
+
+    def workload_text(self) -> str:
+        w = self.workload
+        lengths = f"{w.input_len} in / {w.output_len or 'default'} out"
+        return f"{w.dataset} {lengths}; {self.load.text()}"
+
+    def param(self, path: str) -> Param | None:
+        return next((p for p in self.params if p.path == path), None)
+
+    def grid_size(self) -> int | None:
+        """How many settings the space holds, when every parameter can be listed."""
+        sizes = [p.grid_size() for p in self.params]
+        if any(size is None for size in sizes):
+            return None
+        return math.prod(size for size in sizes if size is not None)
+
+
+def load_space(path: Path) -> SearchSpace:
+    """The space file at `path`; a base given as a path is read relative to it."""
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"no space file at {path}") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(f"{path} is not YAML: {getattr(exc, 'problem', exc)}{where}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"{path} is not a space file: {exc}") from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path} is not a mapping (base: ..., space: ..., objective: ...)")
+    return parse_space(
+        document, source=str(path), text=text, default_name=path.stem, folder=path.parent
+    )
+
+
+def parse_space(
+    document: dict[str, Any],
+    *,
+    source: str,
+    text: str,
+    default_name: str,
+    folder: Path | None = None,
+) -> SearchSpace:
+    """Validate a space document; the first problem is a one-line ConfigError."""
+    try:
+        raw = _SpaceFile.model_validate(document)
+    except ValidationError as exc:
+        raise _one_line(exc, source) from None
+    base = _base(raw.base, source=source, folder=folder)
+    name = raw.study or (default_name if _valid_name(default_name) else "study")
+    params = [
+        param_from_yaml(path, given, base, source=source) for path, given in raw.space.items()
+    ]
+    _check_layout_params(params, source)
+    load = _load(raw.load, source)
+    workload = _workload(raw.workload, source)
+    objectives = _objectives(raw.objective, load, source)
+    constraints = [
+        parse_constraint(text, load, objectives[0], source=source) for text in raw.constraints
+    ]
+    slo_ms = parse_slos(raw.slo) if raw.slo else None
+    goodput = [o.metric for o in objectives] + [c.metric for c in constraints]
+    if slo_ms is None and ({"request_goodput", "good_fraction"} & set(goodput)):
+        raise ConfigError(f"{source}: goodput needs SLOs", hint="add slo: ttft=2s,tpot=50ms")
+    budget = (
+        parse_duration_s(raw.time_budget, what=f"{source}: time_budget")
+        if raw.time_budget
+        else None
+    )
+    if raw.sampler == "grid" and any(p.grid_size() is None for p in params):
+        raise ConfigError(f"{source}: sampler grid needs lists or stepped int ranges only")
+    return SearchSpace(
+        name=name,
+        source=source,
+        text=text,
+        document={**document, "base": base.model_dump(mode="json", exclude_defaults=True)},
+        base=base,
+        gpus=raw.gpus,
+        params=params,
+        workload=workload,
+        load=load,
+        objectives=objectives,
+        constraints=constraints,
+        slo_ms=slo_ms,
+        trials=raw.trials,
+        time_budget_s=budget,
+        early_stop=raw.early_stop,
+        sampler=raw.sampler,
+        seed=raw.seed,
+        diagnose_seeds=raw.diagnose_seeds,
+    )
+
+
+def _base(given: dict[str, Any] | str, *, source: str, folder: Path | None) -> EngineSpec:
+    if isinstance(given, str):
+        path = Path(given)
+        if not path.is_absolute() and folder is not None:
+            path = folder / path
+        return load_spec(path)
+    return parse_spec(given, source=f"{source}: base")
+
+
+def _check_layout_params(params: list[Param], source: str) -> None:
+    paths = {p.path for p in params}
+    if "layout" in paths and paths & set(LAYOUT_NAMES):
+        both = sorted(paths & set(LAYOUT_NAMES))[0]
+        raise ConfigError(f"{source}: space has both layout and {both}; give one of them")
+
+
+def _load(raw: _LoadFile, source: str) -> LoadPlan:
+    if raw.concurrency is not None and raw.request_rate is not None:
+        raise ConfigError(f"{source}: load takes concurrency or request_rate, not both")
+    if raw.duration is not None and raw.num_requests is not None:
+        raise ConfigError(f"{source}: load takes duration or num_requests, not both")
+    if raw.request_rate is not None:
+        mode = LoadMode.REQUEST_RATE
+        levels = [float(v) for v in _as_list(raw.request_rate)]
+    else:
+        mode = LoadMode.CONCURRENCY
+        levels = [float(v) for v in _as_list(raw.concurrency if raw.concurrency else [1])]
+    if not levels or any(v <= 0 or not math.isfinite(v) for v in levels):
+        raise ConfigError(f"{source}: load levels must be positive numbers")
+    if mode is LoadMode.CONCURRENCY and any(v != int(v) or v > 100_000 for v in levels):
+        raise ConfigError(f"{source}: concurrency levels are whole numbers up to 100000")
+    duration = raw.duration
+    duration_s = (
+        parse_duration_s(str(duration), what=f"{source}: load.duration")
+        if isinstance(duration, str)
+        else float(duration)
+        if duration is not None
+        else None
+    )
+    if duration_s is not None and not duration_s > 0:
+        raise ConfigError(f"{source}: load.duration must be positive")
+    return LoadPlan(
+        mode=mode,
+        levels=levels,
+        duration_s=duration_s,
+        num_requests=raw.num_requests,
+        warmup=raw.warmup,
+    )
+
+
+def _workload(raw: _WorkloadFile, source: str) -> WorkloadSpec:
+    try:
+        dataset, path = parse_dataset(raw.dataset)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: workload.dataset: {exc}") from None
+    return WorkloadSpec(
+        dataset=dataset,
+        path=path,
+        input_len=raw.input_len,
+        output_len=raw.output_len,
+        range_ratio=raw.range_ratio,
+        shared_prefix_len=raw.shared_prefix_len,
+        seed=raw.seed,
+    )
+
+
+def _objectives(
+    given: str | dict[str, Any] | list[str | dict[str, Any]], load: LoadPlan, source: str
+) -> list[ObjectiveSpec]:
+    items = given if isinstance(given, list) else [given]
+    if not 1 <= len(items) <= MAX_OBJECTIVES:
+        raise ConfigError(f"{source}: objective takes one or two metrics, not {len(items)}")
+    objectives = [parse_objective(item, load, source=source) for item in items]
+    labels = [o.label for o in objectives]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"{source}: the two objectives are the same ({labels[0]})")
+    return objectives
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _valid_name(name: str) -> bool:
+    return bool(name) and len(name) <= 100 and all(c.isalnum() or c in "._-" for c in name)
+
+
+def _one_line(exc: ValidationError, source: str) -> ConfigError:
+    error = exc.errors()[0]
+    loc = [str(part) for part in error["loc"]]
+    if error["type"] == "extra_forbidden":
+        *parent, key = loc
+        models: dict[str, type[BaseModel]] = {"load": _LoadFile, "workload": _WorkloadFile}
+        model = models.get(parent[0], _SpaceFile) if len(parent) == 1 else _SpaceFile
+        known = list(model.model_fields)
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+        where = f" in {'.'.join(parent)}" if parent else ""
+        return ConfigError(f"{source}: unknown key {key!r}{where}", hint=hint)
+    if loc == ["base"]:
+        return ConfigError(
+            f"{source}: base must be an engine spec (a mapping) or a spec file's path"
+        )
+    message = error["msg"].removeprefix("Value error, ")
+    return ConfigError(f"{source}: {'.'.join(loc) or 'space'}: {message}")

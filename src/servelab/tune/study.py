@@ -1,0 +1,475 @@
+"""A study: Optuna's search over one space, its trials real launches, on one or more hosts.
+
+The first trial is the base spec as given; once it is measured, the actions `diagnose`
+proposes for it that lie in the space are the next trials; then the sampler searches
+(TPE, or the whole grid when the space lists fewer settings than the trial budget).
+Every worker (`tune run`, `tune join`) takes trials until the study holds `trials`
+finished ones or its time budget ends, and rewrites study.json after each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import optuna
+
+from servelab.core.errors import ConfigError
+from servelab.diagnose import Diagnosis
+from servelab.engines.base import KNOB_NAMES, LAYOUT_NAMES
+from servelab.probe.report import ProbeReport
+from servelab.store import DEFAULT_RUNS_DIR, RunDir
+from servelab.tune.results import STUDY_FILE, LayoutModel, StudyResult, TrialRole, TrialRow
+from servelab.tune.space import SearchSpace, parse_space
+from servelab.tune.storage import DEFAULT_HEARTBEAT_S, display_url, open_storage, storage_url
+from servelab.tune.trial import OUTCOME, TrialContext, TrialEvent, TrialFailed, run_trial, trial_dir
+
+__all__ = [
+    "BEST_COMMAND_FILE",
+    "BEST_SPEC_FILE",
+    "WorkerConfig",
+    "default_study_dir",
+    "join_study",
+    "run_study",
+    "show_study",
+]
+
+BEST_SPEC_FILE = "best.yaml"
+BEST_COMMAND_FILE = "best-command.txt"
+SPACE_FILE = "space.yaml"
+PROBE_FILE = "probe.json"
+_ATTR_SPACE = "space_document"
+_ATTR_TEXT = "space_text"
+_ATTR_QUESTION = "question"
+_ATTR_SAMPLER = "sampler"
+_ATTR_NOTES = "notes"
+_MAX_PROPOSALS = 3
+"""A setting proposed again reuses its measurement and does not count against the budget,
+up to this many proposals per budgeted trial (a sampler stuck on a small space ends)."""
+_STATES = {
+    optuna.trial.TrialState.COMPLETE: "complete",
+    optuna.trial.TrialState.PRUNED: "pruned",
+    optuna.trial.TrialState.FAIL: "failed",
+    optuna.trial.TrialState.RUNNING: "running",
+    optuna.trial.TrialState.WAITING: "waiting",
+}
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How this worker takes part: where its trials' folders go, what it may spend."""
+
+    storage: str | None = None
+    out: Path | None = None
+    """The study's folder; default <runs_root>/tune-<name>."""
+    runs_root: Path | None = None
+    trials: int | None = None
+    """Finished trials the study should hold; default the space's."""
+    time_budget_s: float | None = None
+    heartbeat_s: int = DEFAULT_HEARTBEAT_S
+    telemetry_gpus: list[int] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)
+    probe: Callable[[], ProbeReport | None] = lambda: None
+
+
+def default_study_dir(name: str, config: WorkerConfig) -> Path:
+    return config.out or (config.runs_root or DEFAULT_RUNS_DIR) / f"tune-{name}"
+
+
+def run_study(
+    space: SearchSpace,
+    config: WorkerConfig,
+    *,
+    on_event: Callable[[Any], None] = lambda _e: None,
+) -> StudyResult:
+    """Create the study (or continue it: the same space, the same storage) and work on it."""
+    study_dir = default_study_dir(space.name, config)
+    _make_dir(study_dir)
+    url = storage_url(config.storage, study_dir)
+    storage = open_storage(url, heartbeat_s=config.heartbeat_s)
+    study = _open(space, storage, create=True)
+    RunDir(study_dir).write_text(SPACE_FILE, space.text)
+    return _work(study, space, config, study_dir, url, on_event)
+
+
+def join_study(
+    name: str,
+    config: WorkerConfig,
+    *,
+    on_event: Callable[[Any], None] = lambda _e: None,
+) -> StudyResult:
+    """Another worker on a study that exists in `config.storage` (its space is read there)."""
+    if config.storage is None:
+        raise ConfigError("tune join needs --storage: the database the study lives in")
+    study_dir = default_study_dir(name, config)
+    _make_dir(study_dir)
+    url = storage_url(config.storage, study_dir)
+    storage = open_storage(url, heartbeat_s=config.heartbeat_s)
+    space = _stored_space(name, storage)
+    study = _open(space, storage, create=False)
+    RunDir(study_dir).write_text(SPACE_FILE, space.text)
+    return _work(study, space, config, study_dir, url, on_event)
+
+
+def show_study(target: str, storage: str | None = None) -> StudyResult:
+    """The study document: from the storage when given, else the folder's study.json
+    (`target` a folder, or a study name under the default runs folder)."""
+    if storage is not None:
+        url = storage_url(storage, Path("."))
+        opened = open_storage(url)
+        space = _stored_space(target, opened)
+        study = _open(space, opened, create=False)
+        return study_result(study, space, url, None)
+    folder = Path(target)
+    if not (folder / STUDY_FILE).is_file():
+        folder = DEFAULT_RUNS_DIR / f"tune-{target}"
+    path = folder / STUDY_FILE
+    if not path.is_file():
+        raise ConfigError(f"no study at {target}", hint="a study folder, or --storage URL")
+    from pydantic import ValidationError
+
+    try:
+        return StudyResult.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        raise ConfigError(f"{path} is not a study document: {exc.errors()[0]['msg']}") from None
+
+
+def study_result(
+    study: optuna.Study, space: SearchSpace, url: str, study_dir: Path | None
+) -> StudyResult:
+    """The study document as the storage holds it now."""
+    trials = study.get_trials(deepcopy=False)
+    retried = {
+        int(t.system_attrs["failed_trial"]): t.number
+        for t in trials
+        if "failed_trial" in t.system_attrs
+    }
+    rows = [_row(t, retried, study_dir) for t in trials]
+    best = _best(study, space, rows)
+    default = next(
+        (r.number for r in rows if r.role == "default" and r.state == "complete"),
+        next((r.number for r in rows if r.role == "default"), None),
+    )
+    top = next((r for r in rows if best and r.number == best[0]), None)
+    return StudyResult(
+        name=study.study_name,
+        storage=display_url(url),
+        space_file=space.source,
+        engine=space.base.engine,
+        workload=space.workload_text(),
+        objectives=space.objectives,
+        constraints=[c.text for c in space.constraints],
+        sampler=str(study.user_attrs.get(_ATTR_SAMPLER, _sampler_name(space))),
+        trials=rows,
+        best=best,
+        default_trial=default,
+        best_spec_yaml=top.spec_yaml if top else None,
+        best_command=top.command if top else None,
+        notes=list(study.user_attrs.get(_ATTR_NOTES, [])),
+    )
+
+
+def _work(
+    study: optuna.Study,
+    space: SearchSpace,
+    config: WorkerConfig,
+    study_dir: Path,
+    url: str,
+    on_event: Callable[[Any], None],
+) -> StudyResult:
+    probe = config.probe()
+    probe_path: Path | None = None
+    if probe is not None:
+        probe_path = RunDir(study_dir).write_json(PROBE_FILE, probe.model_dump(mode="json"))
+    ctx = TrialContext(
+        space=space,
+        study_dir=study_dir,
+        probe=probe,
+        probe_path=probe_path,
+        runs_root=config.runs_root,
+        telemetry_gpus=config.telemetry_gpus,
+        command=config.command,
+        on_event=on_event,
+    )
+    wanted = config.trials or space.trials
+    budget = config.time_budget_s if config.time_budget_s is not None else space.time_budget_s
+    deadline = time.monotonic() + budget if budget is not None else None
+    grid = _grid(space) if _sampler_name(space) == "grid" else None
+    try:
+        while True:
+            finished = [t for t in study.get_trials(deepcopy=False) if OUTCOME in t.user_attrs]
+            measured = [t for t in finished if t.user_attrs.get("same_as") is None]
+            if len(measured) >= wanted or len(finished) >= _MAX_PROPOSALS * wanted:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                on_event(TrialEvent(-1, "study", {}, "budget", "the time budget is spent"))
+                break
+            if grid is not None and _grid_done(grid, finished) and not _waiting(study):
+                break
+            study.optimize(
+                lambda trial: run_trial(trial, ctx),
+                n_trials=1,
+                catch=(TrialFailed,),
+                callbacks=[lambda s, t: _after(s, t, space, study_dir, url)],
+            )
+    finally:
+        result = study_result(study, space, url, study_dir)
+        write_outputs(result, study_dir)
+    return result
+
+
+def write_outputs(result: StudyResult, study_dir: Path) -> None:
+    """study.json, and the best spec and its command beside it."""
+    folder = RunDir(study_dir)
+    folder.write_text(STUDY_FILE, result.model_dump_json(by_alias=True, indent=1) + "\n")
+    if result.best_spec_yaml:
+        folder.write_text(BEST_SPEC_FILE, result.best_spec_yaml)
+    if result.best_command:
+        folder.write_text(BEST_COMMAND_FILE, shlex.join(result.best_command) + "\n")
+
+
+def _after(
+    study: optuna.Study,
+    trial: optuna.trial.FrozenTrial,
+    space: SearchSpace,
+    study_dir: Path,
+    url: str,
+) -> None:
+    if (
+        trial.user_attrs.get("role") == "default"
+        and trial.state is optuna.trial.TrialState.COMPLETE
+    ):
+        _seed_from_diagnosis(study, trial, space, study_dir)
+    write_outputs(study_result(study, space, url, study_dir), study_dir)
+
+
+def _seed_from_diagnosis(
+    study: optuna.Study, default: optuna.trial.FrozenTrial, space: SearchSpace, study_dir: Path
+) -> None:
+    """The default's diagnosis actions that are settings of the space, as the next trials."""
+    path = trial_dir(study_dir, default.number)
+    diagnosis = RunDir(path).load_diagnosis(Diagnosis) if path.is_dir() else None
+    if diagnosis is None or space.diagnose_seeds == 0:
+        return
+    notes = list(study.user_attrs.get(_ATTR_NOTES, []))
+    seeded = 0
+    for finding in diagnosis.findings:
+        for action in finding.actions:
+            change = _action_params(action.knob, action.value, space)
+            if change is None:
+                continue
+            params = {**default.params, **change}
+            if params == default.params:
+                continue
+            if not all(p.contains(params[p.path]) for p in space.params if p.path in change):
+                notes.append(f"diagnose's action is outside the space: {action.text}")
+                continue
+            study.enqueue_trial(
+                params,
+                user_attrs={"role": "diagnose", "action": action.text},
+                skip_if_exists=True,
+            )
+            seeded += 1
+            if seeded >= space.diagnose_seeds:
+                study.set_user_attr(_ATTR_NOTES, notes)
+                return
+    study.set_user_attr(_ATTR_NOTES, notes)
+
+
+def _action_params(knob: str | None, value: Any, space: SearchSpace) -> dict[str, Any] | None:
+    """The space's parameters an action sets; None when it sets none of them."""
+    if knob is None or value is None:
+        return None
+    if knob in KNOB_NAMES and space.param(f"knobs.{knob}") is not None:
+        return {f"knobs.{knob}": value}
+    if knob == "layout" and isinstance(value, str):
+        if space.param("layout") is not None:
+            return {"layout": value}
+        sizes = dict(part.split("=", 1) for part in value.split(",") if "=" in part)
+        change = {
+            key: int(size)
+            for key, size in sizes.items()
+            if key in LAYOUT_NAMES and space.param(key) is not None and size.isdigit()
+        }
+        return change or None
+    return None
+
+
+def _open(space: SearchSpace, storage: optuna.storages.RDBStorage, *, create: bool) -> optuna.Study:
+    """The study: created with its question and first trial, or loaded when it exists and
+    asks the same question."""
+    sampler = _sampler(space)
+    directions = [o.direction for o in space.objectives]
+    question = _question(space)
+    names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    if space.name not in names:
+        if not create:
+            raise ConfigError(f"no study {space.name!r} in that storage")
+        study = optuna.create_study(
+            study_name=space.name,
+            storage=storage,
+            directions=directions,
+            sampler=sampler,
+            load_if_exists=True,
+        )
+        if _ATTR_QUESTION not in study.user_attrs:
+            study.set_user_attr(_ATTR_QUESTION, question)
+            study.set_user_attr(_ATTR_SPACE, space.document)
+            study.set_user_attr(_ATTR_TEXT, space.text)
+            study.set_user_attr(_ATTR_SAMPLER, _sampler_name(space))
+            study.enqueue_trial(
+                {p.path: p.base_value for p in space.params},
+                user_attrs={"role": "default"},
+                skip_if_exists=True,
+            )
+        return study
+    study = optuna.load_study(study_name=space.name, storage=storage, sampler=sampler)
+    stored = study.user_attrs.get(_ATTR_QUESTION)
+    if stored is not None and stored != question:
+        raise ConfigError(
+            f"study {space.name!r} exists with another space",
+            hint="give the same space file to continue it, or --study NEW for a new study",
+        )
+    return study
+
+
+def _stored_space(name: str, storage: optuna.storages.RDBStorage) -> SearchSpace:
+    try:
+        summary = next(s for s in optuna.get_all_study_summaries(storage) if s.study_name == name)
+    except StopIteration:
+        raise ConfigError(f"no study {name!r} in that storage") from None
+    document = summary.user_attrs.get(_ATTR_SPACE)
+    if not isinstance(document, dict):
+        raise ConfigError(f"study {name!r} was not made by servelab tune (no space stored)")
+    text = str(summary.user_attrs.get(_ATTR_TEXT, ""))
+    return parse_space(document, source=f"study {name}", text=text, default_name=name)
+
+
+def _question(space: SearchSpace) -> str:
+    """What makes two runs the same study: everything but the budget and the file's text."""
+    data = space.model_dump(
+        mode="json", exclude={"trials", "time_budget_s", "text", "source", "document"}
+    )
+    return json.dumps(data, sort_keys=True)
+
+
+def _sampler_name(space: SearchSpace) -> str:
+    if space.sampler != "auto":
+        return space.sampler
+    size = space.grid_size()
+    return "grid" if size is not None and size <= space.trials else "tpe"
+
+
+def _sampler(space: SearchSpace) -> optuna.samplers.BaseSampler:
+    name = _sampler_name(space)
+    if name == "grid":
+        return optuna.samplers.GridSampler(_grid(space), seed=space.seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=space.seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=space.seed,
+            n_startup_trials=max(2, min(10, space.trials // 3)),
+            multivariate=True,
+            constant_liar=True,
+        )
+
+
+def _grid(space: SearchSpace) -> dict[str, list[Any]]:
+    grid: dict[str, list[Any]] = {}
+    for param in space.params:
+        values = param.grid_values()
+        if values is not None:
+            grid[param.path] = values
+    return grid
+
+
+def _grid_done(grid: dict[str, list[Any]], finished: list[optuna.trial.FrozenTrial]) -> bool:
+    points = {json.dumps(t.params, sort_keys=True) for t in finished}
+    total = 1
+    for values in grid.values():
+        total *= len(values)
+    return len(points) >= total
+
+
+def _waiting(study: optuna.Study) -> bool:
+    return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+
+
+def _best(study: optuna.Study, space: SearchSpace, rows: list[TrialRow]) -> list[int]:
+    feasible = [r for r in rows if r.state == "complete" and r.feasible and r.values]
+    if not feasible:
+        return []
+    if len(space.objectives) == 1:
+        sign = 1 if space.objectives[0].direction == "maximize" else -1
+        top = max(feasible, key=lambda r: (sign * r.values[0] if r.values else 0.0, -r.number))
+        return [top.number]
+    numbers = {r.number for r in feasible}
+    return sorted(t.number for t in study.best_trials if t.number in numbers)
+
+
+def _row(
+    trial: optuna.trial.FrozenTrial, retried: dict[int, int], study_dir: Path | None
+) -> TrialRow:
+    attrs = trial.user_attrs
+    state = _STATES.get(trial.state, "failed")
+    reason = attrs.get("reason")
+    if state == "failed" and OUTCOME not in attrs:
+        again = retried.get(trial.number)
+        reason = "its worker stopped beating (died or was killed)" + (
+            f"; retried as trial {again}" if again is not None else ""
+        )
+    if attrs.get("same_as") is not None:
+        reason = f"the settings of trial {attrs['same_as']}: its measurement is reused"
+    constraints = list(trial.constraints.values()) if trial.constraints else None
+    feasible = None
+    if state == "complete":
+        feasible = all(v <= 0 for v in constraints) if constraints else True
+    model = attrs.get("model")
+    run_dir = attrs.get("run_dir")
+    if run_dir and study_dir is not None:
+        with contextlib.suppress(ValueError):
+            run_dir = str(Path(run_dir).resolve().relative_to(study_dir.resolve()))
+    given = attrs.get("role") or ("retry" if "failed_trial" in trial.system_attrs else "search")
+    role = cast(
+        TrialRole, given if given in ("default", "diagnose", "search", "retry") else "search"
+    )
+    return TrialRow(
+        number=trial.number,
+        state=state,  # type: ignore[arg-type]
+        role=role,
+        params=dict(trial.params) if trial.params else dict(_fixed(trial)),
+        values=list(trial.values) if trial.values is not None and state == "complete" else None,
+        metrics=attrs.get("metrics", {}),
+        constraints=constraints,
+        feasible=feasible,
+        reason=reason,
+        signature=attrs.get("signature"),
+        run_dir=run_dir,
+        host=attrs.get("host"),
+        retry_of=trial.system_attrs.get("failed_trial"),
+        duration_s=attrs.get("duration_s"),
+        spec_yaml=attrs.get("spec_yaml"),
+        command=attrs.get("command"),
+        model=LayoutModel.model_validate(model) if isinstance(model, dict) else None,
+    )
+
+
+def _fixed(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    fixed = trial.system_attrs.get("fixed_params")
+    return fixed if isinstance(fixed, dict) else {}
+
+
+def _make_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the study folder {path}: {exc.strerror}") from None
