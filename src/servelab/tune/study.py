@@ -9,7 +9,6 @@ finished ones or its time budget ends, and rewrites study.json after each.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shlex
 import time
@@ -44,7 +43,6 @@ __all__ = [
 BEST_SPEC_FILE = "best.yaml"
 BEST_COMMAND_FILE = "best-command.txt"
 SPACE_FILE = "space.yaml"
-PROBE_FILE = "probe.json"
 _ATTR_SPACE = "space_document"
 _ATTR_TEXT = "space_text"
 _ATTR_QUESTION = "question"
@@ -187,7 +185,7 @@ def _work(
     probe = config.probe()
     probe_path: Path | None = None
     if probe is not None:
-        probe_path = RunDir(study_dir).write_json(PROBE_FILE, probe.model_dump(mode="json"))
+        probe_path = RunDir(study_dir).write_probe(probe)
     ctx = TrialContext(
         space=space,
         study_dir=study_dir,
@@ -435,9 +433,6 @@ def _row(
         feasible = all(v <= 0 for v in constraints) if constraints else True
     model = attrs.get("model")
     run_dir = attrs.get("run_dir")
-    if run_dir and study_dir is not None:
-        with contextlib.suppress(ValueError):
-            run_dir = str(Path(run_dir).resolve().relative_to(study_dir.resolve()))
     given = attrs.get("role") or ("retry" if "failed_trial" in trial.system_attrs else "search")
     role = cast(
         TrialRole, given if given in ("default", "diagnose", "search", "retry") else "search"

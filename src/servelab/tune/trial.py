@@ -126,7 +126,8 @@ def _measure(trial: optuna.Trial, ctx: TrialContext, params: dict[str, Any]) -> 
     if not fit.ok:
         raise optuna.TrialPruned(fit.reason)
     run_path = trial_dir(ctx.study_dir, trial.number)
-    trial.set_user_attr("run_dir", str(run_path))
+    # Relative to the study folder: each host's folder holds the trials it ran.
+    trial.set_user_attr("run_dir", str(run_path.relative_to(ctx.study_dir)))
     summary = _sweep(trial, ctx, spec, run_path)
     command = (summary.engine or {}).get("command")
     if isinstance(command, list):

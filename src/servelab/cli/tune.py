@@ -1,0 +1,334 @@
+"""`servelab tune`: search engine settings by launching and measuring (run, join, show,
+kernels)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from servelab.cli.exit_codes import ExitCode, handle_errors
+from servelab.cli.options import Gpus, RunsDir
+from servelab.cli.progress import SweepView
+from servelab.cli.tune_kernels import kernels
+from servelab.core.errors import ConfigError, ServelabError
+from servelab.core.units import parse_duration_s
+from servelab.store.rundir import DEFAULT_RUNS_DIR
+from servelab.tune.results import StudyResult
+
+__all__ = ["tune_app"]
+
+tune_app = typer.Typer(
+    name="tune",
+    help="Search engine settings against an objective and SLOs by launching and measuring.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+Storage = Annotated[
+    str | None,
+    typer.Option(
+        help="The study's database: default study.db (SQLite) in the study folder; "
+        "postgresql://user@host:5432/db to share one study between workers on several hosts."
+    ),
+]
+Trials = Annotated[
+    int | None,
+    typer.Option(help="Finished trials the study should hold. Default: the space file's."),
+]
+TimeBudget = Annotated[
+    str | None,
+    typer.Option(help="Start no trial after this long, e.g. 2h. Default: the space file's."),
+]
+StudyOut = Annotated[
+    Path | None,
+    typer.Option("--out", help="The study folder. Default: RUNS_DIR/tune-<study>/."),
+]
+Heartbeat = Annotated[
+    str,
+    typer.Option(
+        help="How often a running trial's worker beats; a trial silent for twice as long is "
+        "taken as its worker's death and run again."
+    ),
+]
+NoReport = Annotated[
+    bool, typer.Option("--no-report", help="Do not write report.html / report.md at the end.")
+]
+Json = Annotated[bool, typer.Option("--json", help="Print study.json's document on stdout.")]
+
+
+@tune_app.command("run")
+def run(
+    space_file: Annotated[
+        Path, typer.Argument(help="SPACE.yaml: base spec, space, workload, load, objective.")
+    ],
+    storage: Storage = None,
+    study: Annotated[
+        str | None, typer.Option(help="The study's name. Default: the space file's `study`.")
+    ] = None,
+    trials: Trials = None,
+    time_budget: TimeBudget = None,
+    out: StudyOut = None,
+    runs_dir: RunsDir = DEFAULT_RUNS_DIR,
+    gpus: Gpus = None,
+    heartbeat: Heartbeat = "30s",
+    no_report: NoReport = False,
+    json_output: Json = False,
+) -> None:
+    """Run a study: the base spec first, then diagnose's actions on it, then the sampler.
+
+    Rerun the same command to continue it (finished trials are kept); start `servelab tune
+    join NAME --storage URL` on other hosts to share it. Writes study.json, best.yaml,
+    best-command.txt and report.html / report.md in the study folder; every trial is a run
+    directory under trials/. Exit codes: 0 a best trial; 3 no trial met the constraints;
+    2 bad input; 130 interrupted (finished trials kept).
+    """
+    from servelab.tune.space import load_space
+
+    err = Console(stderr=True)
+    with handle_errors(err):
+        _quiet_optuna()
+        space = load_space(space_file)
+        if study is not None:
+            space = space.model_copy(update={"name": _study_name(study)})
+        config = _worker(storage, trials, time_budget, out, runs_dir, gpus, heartbeat)
+        from servelab.tune.study import run_study
+
+        with _Progress(err) as view:
+            result = run_study(space, config, on_event=view)
+        _finish(result, _study_dir(space.name, config), err, no_report, json_output)
+
+
+@tune_app.command("join")
+def join(
+    name: Annotated[str, typer.Argument(help="The study's name, as `tune run` created it.")],
+    storage: Annotated[
+        str, typer.Option(help="The database the study lives in, e.g. postgresql://…")
+    ],
+    trials: Trials = None,
+    time_budget: TimeBudget = None,
+    out: StudyOut = None,
+    runs_dir: RunsDir = DEFAULT_RUNS_DIR,
+    gpus: Gpus = None,
+    heartbeat: Heartbeat = "30s",
+    no_report: NoReport = False,
+    json_output: Json = False,
+) -> None:
+    """Work on a study another host started: its space is read from the storage, trials run
+    on this host's GPUs, their run directories go into this host's study folder."""
+    err = Console(stderr=True)
+    with handle_errors(err):
+        _quiet_optuna()
+        config = _worker(storage, trials, time_budget, out, runs_dir, gpus, heartbeat)
+        from servelab.tune.study import join_study
+
+        with _Progress(err) as view:
+            result = join_study(_study_name(name), config, on_event=view)
+        _finish(result, _study_dir(name, config), err, no_report, json_output)
+
+
+@tune_app.command("show")
+def show(
+    study: Annotated[str, typer.Argument(help="A study folder, or a study's name.")],
+    storage: Annotated[
+        str | None,
+        typer.Option(help="Read the study from this database instead of its study.json."),
+    ] = None,
+    json_output: Json = False,
+) -> None:
+    """The trials table, the best trial (or the Pareto set) and its spec and command."""
+    out_console = Console()
+    err = Console(stderr=True)
+    with handle_errors(err):
+        from servelab.tune.study import show_study
+
+        result = show_study(study, storage)
+        if json_output:
+            out_console.print_json(result.model_dump_json(by_alias=True))
+            return
+        out_console.print(render_trials(result))
+        for line in best_lines(result):
+            out_console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+tune_app.command("kernels")(kernels)
+
+
+def render_trials(result: StudyResult) -> Table:
+    """One row per trial: its settings, its objectives, and why it ended as it did."""
+    names = sorted({key for trial in result.trials for key in trial.params})
+    table = Table(title=f"study {result.name}: {result.workload}", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("role")
+    table.add_column("state")
+    for name in names:
+        table.add_column(name.removeprefix("knobs."))
+    for objective in result.objectives:
+        table.add_column(f"{objective.label} ({objective.unit})", justify="right")
+    table.add_column("why")
+    best = set(result.best)
+    for trial in result.trials:
+        values = trial.values or []
+        cells = [
+            f"{trial.number}{'*' if trial.number in best else ''}",
+            trial.role,
+            trial.state if trial.feasible is not False else "infeasible",
+            *(_cell(trial.params.get(name, "")) for name in names),
+            *(f"{v:,.1f}" for v in values),
+            *([""] * (len(result.objectives) - len(values))),
+            escape(trial.reason or ""),
+        ]
+        table.add_row(*cells)
+    return table
+
+
+def best_lines(result: StudyResult) -> list[str]:
+    """The answer in a few lines: the best trial, its gain, its spec and command."""
+    if not result.best:
+        return ["no trial met the constraints yet" if result.trials else "no trial has run yet"]
+    lines: list[str] = []
+    for number in result.best:
+        trial = result.trial(number)
+        if trial is None or not trial.values:
+            continue
+        measured = ", ".join(
+            f"{o.label} {v:,.1f} {o.unit}"
+            for o, v in zip(result.objectives, trial.values, strict=True)
+        )
+        lines.append(f"best: trial {number}: {measured}")
+    gain = result.gain_over_default()
+    if gain is not None and result.default_trial is not None:
+        lines.append(f"  {gain:.2f}x the default's (trial {result.default_trial})")
+    if result.best_command:
+        lines.append(f"command: {shlex.join(result.best_command)}")
+    return lines
+
+
+class _Progress:
+    """Trial lines, and each trial's sweep drawn by the bench's own view."""
+
+    def __init__(self, err: Console) -> None:
+        self.err = err
+        self.sweep: SweepView | None = None
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close()
+
+    def __call__(self, event: Any) -> None:
+        from servelab.tune.trial import TrialEvent
+
+        if isinstance(event, TrialEvent):
+            self._close()
+            self.err.print(escape(_trial_line(event)), highlight=False, soft_wrap=True)
+            if event.outcome is None:
+                self.sweep = SweepView(self.err).__enter__()
+            return
+        if self.sweep is not None:
+            self.sweep(event)
+
+    def _close(self) -> None:
+        if self.sweep is not None:
+            self.sweep.__exit__(None, None, None)
+            self.sweep = None
+
+
+def _trial_line(event: Any) -> str:
+    if event.number < 0:
+        return f"study: {event.text}"
+    if event.outcome is None:
+        settings = ", ".join(f"{k}={_cell(v)}" for k, v in event.params.items()) or "as given"
+        return f"trial {event.number} ({event.role}): {settings}"
+    why = f": {event.text}" if event.text else ""
+    return f"trial {event.number}: {event.outcome}{why}"
+
+
+def _finish(
+    result: StudyResult, study_dir: Path, err: Console, no_report: bool, json_output: bool
+) -> None:
+    out_console = Console()
+    if json_output:
+        out_console.print_json(result.model_dump_json(by_alias=True))
+    else:
+        out_console.print(render_trials(result))
+    for line in best_lines(result):
+        err.print(escape(line), highlight=False, soft_wrap=True)
+    err.print(f"study: {escape(str(study_dir))}", highlight=False)
+    if not no_report and result.trials:
+        from servelab.report import write_study_report
+
+        try:
+            files = write_study_report(study_dir)
+        except ServelabError as exc:
+            err.print(escape(f"no report: {exc}"), highlight=False, soft_wrap=True)
+        else:
+            err.print(f"report: {escape(str(files.html))}", highlight=False)
+    if not result.best:
+        raise typer.Exit(int(ExitCode.SOME_FAILED))
+
+
+def _worker(
+    storage: str | None,
+    trials: int | None,
+    time_budget: str | None,
+    out: Path | None,
+    runs_dir: Path,
+    gpus: str | None,
+    heartbeat: str,
+) -> Any:
+    from servelab.probe.collect import run_probe
+    from servelab.telemetry import resolve_gpus
+    from servelab.tune.study import WorkerConfig
+
+    if trials is not None and trials < 1:
+        raise ConfigError("--trials must be at least 1")
+    beat = parse_duration_s(heartbeat, what="--heartbeat")
+    if not 1 <= beat <= 3600:
+        raise ConfigError("--heartbeat must be between 1s and 1h")
+    return WorkerConfig(
+        storage=storage,
+        out=out,
+        runs_root=runs_dir,
+        trials=trials,
+        time_budget_s=parse_duration_s(time_budget, what="--time-budget") if time_budget else None,
+        heartbeat_s=round(beat),
+        telemetry_gpus=resolve_gpus(gpus) if gpus else [],
+        command=["servelab", *sys.argv[1:]],
+        probe=run_probe,
+    )
+
+
+def _quiet_optuna() -> None:
+    """Optuna's own per-trial log lines repeat what the trial lines say."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _study_dir(name: str, config: Any) -> Path:
+    from servelab.tune.study import default_study_dir
+
+    return default_study_dir(name, config)
+
+
+def _study_name(name: str) -> str:
+    if not name or len(name) > 100 or not all(c.isalnum() or c in "._-" for c in name):
+        raise ConfigError(f"study name {name!r}: use letters, digits, '.', '_' and '-'")
+    return name
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "default"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
