@@ -55,7 +55,7 @@ Sampler = Literal["auto", "tpe", "grid", "random"]
 class _LoadFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    concurrency: list[int] | int | None = None
+    concurrency: list[float] | float | None = None
     request_rate: list[float] | float | None = None
     duration: str | float | None = None
     num_requests: int | None = Field(default=None, ge=1)
