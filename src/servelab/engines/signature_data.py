@@ -86,10 +86,11 @@ KIND_INFO: Mapping[EventKind, KindInfo] = MappingProxyType(
         EventKind.MOE_CONFIG_MISSING: KindInfo(
             "The fused MoE kernel runs with default tile sizes for this expert shape, GPU and "
             "dtype; on decode these can leave most of the GPU idle.",
-            "Tune it (SGLang: benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py; "
-            "vLLM: benchmarks/kernels/benchmark_moe.py --tune) and put the JSON where the "
-            "engine looks: the path in `config_path` (SGLang: SGLANG_MOE_CONFIG_DIR, vLLM: "
-            "VLLM_TUNED_CONFIG_FOLDER).",
+            "`servelab tune kernels --engine SPEC` names the file and the engine's tuner "
+            "(SGLang: benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py; vLLM: "
+            "benchmarks/kernels/benchmark_moe.py --tune). vLLM reads it from "
+            "VLLM_TUNED_CONFIG_FOLDER; SGLang from SGLANG_MOE_CONFIG_DIR/configs/triton_X_Y_Z/ "
+            "(that folder replaces its packaged configs: copy them in too).",
         ),
         EventKind.MOE_CONFIG_FALLBACK: KindInfo(
             "A tuned MoE config was found, but not the one for this case: another Triton "

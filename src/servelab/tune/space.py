@@ -60,6 +60,7 @@ class _LoadFile(BaseModel):
     duration: str | float | None = None
     num_requests: int | None = Field(default=None, ge=1)
     warmup: int = Field(default=1, ge=0)
+    stream: bool = True
 
 
 class _WorkloadFile(BaseModel):
@@ -110,6 +111,7 @@ class LoadPlan(BaseModel):
     duration_s: float | None
     num_requests: int | None
     warmup: int
+    stream: bool = True
 
     def text(self) -> str:
         what = "concurrency" if self.mode is LoadMode.CONCURRENCY else "request rate"
@@ -297,6 +299,7 @@ def _load(raw: _LoadFile, source: str) -> LoadPlan:
         duration_s=duration_s,
         num_requests=raw.num_requests,
         warmup=raw.warmup,
+        stream=raw.stream,
     )
 
 

@@ -187,6 +187,7 @@ def _bench_config(trial: optuna.Trial, ctx: TrialContext, run_path: Path) -> Ben
         num_requests=load.num_requests,
         duration_s=load.duration_s,
         warmup=load.warmup,
+        stream=load.stream,
         workload=space.workload,
         slo_ms=space.slo_ms,
         name=f"{space.name}-trial-{trial.number:03d}",
