@@ -89,8 +89,8 @@ def run_study(
 ) -> StudyResult:
     """Create the study (or continue it: the same space, the same storage) and work on it."""
     study_dir = default_study_dir(space.name, config)
-    _make_dir(study_dir)
     url = storage_url(config.storage, study_dir)
+    _make_dir(study_dir)
     storage = open_storage(url, heartbeat_s=config.heartbeat_s)
     study = _open(space, storage, create=True)
     RunDir(study_dir).write_text(SPACE_FILE, space.text)
@@ -107,8 +107,8 @@ def join_study(
     if config.storage is None:
         raise ConfigError("tune join needs --storage: the database the study lives in")
     study_dir = default_study_dir(name, config)
-    _make_dir(study_dir)
     url = storage_url(config.storage, study_dir)
+    _make_dir(study_dir)
     storage = open_storage(url, heartbeat_s=config.heartbeat_s)
     space = _stored_space(name, storage)
     study = _open(space, storage, create=False)
