@@ -21,6 +21,12 @@
 #   report    h200-ref under `servelab run`'s adaptive sweep (from 1, doubling until two
 #             levels past the knee) with GPU telemetry, targets, diagnose and the report
 #             (report.html, report.md, plots/) written into the run directory
+#   tune      `servelab tune run benchmarks/gpu/tune-h200.yaml`: h200-ref from transformers
+#             serve's defaults, Pareto on single-stream and total tok/s at 64, in the study
+#             folder $STUDY (default benchmarks/gpu/results/h200-tune/study, in the working
+#             tree, so a study brought back and unpacked there continues in the next call).
+#             TUNE_BUDGET (default 7m) stops starting trials; TUNE_LIMIT_S (default 540)
+#             interrupts the study (finished trials kept). Tarred to $OUT/tune-study.tgz.
 # Logs and results, tarred, go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -116,6 +122,19 @@ if [[ " $PARTS " == *" report "* ]]; then
         --max-concurrency "${MAX_CONCURRENCY:-512}" --gpus 0 --target single=100 \
         --target total=5000 --target ttft_p99=2s --title "h200-ref on one H200" \
         --out "$LOGS/report-run"
+fi
+
+if [[ " $PARTS " == *" tune "* ]]; then
+    # One study across device calls: rerunning the same command on the same folder continues
+    # it; a trial killed mid-run goes stale after two 10 s heartbeats and is run again.
+    STUDY=${STUDY:-benchmarks/gpu/results/h200-tune/study}
+    timed tune timeout -s INT "${TUNE_LIMIT_S:-540}" python3 -m servelab tune run \
+        benchmarks/gpu/tune-h200.yaml --out "$STUDY" --time-budget "${TUNE_BUDGET:-7m}" \
+        --heartbeat 10s --gpus 0
+    COLUMNS=200 python3 -m servelab tune show "$STUDY" > "$LOGS/tune-show.txt" 2>&1
+    grep -E '^(trial|study|best|  )' "$LOGS/tune.err" | tail -n 40
+    cat "$LOGS/tune-show.txt"
+    tar -C "$(dirname "$STUDY")" -czf "$OUT/tune-study.tgz" "$(basename "$STUDY")"
 fi
 
 nvidia-smi --query-gpu=memory.used --format=csv >> "$LOGS/env.txt" 2>&1
