@@ -9,13 +9,12 @@ layout-256-128.yaml and layout-8192-128.yaml): GLM-5 NVFP4 on eight RTX PRO 6000
 PCIe without P2P (the probe fixture's host-staged copies and all-reduce calibrate the
 model), TP8, TP4+PP2 and TP2+PP4 each at running-request caps 32 and 64, 64 requests in
 flight. Per workload and layout: the best measured total tok/s (divided by the space's
-time_scale: the simulated box's own rate), the model's account of that trial's decode
-step (step ms, all-reduces x bytes, all-reduce ms, pipeline send ms, bubble share and
-decode tok/s: what the study records and the report's layout table shows), then two
-terms that account leaves out: the model's step when an 8,192-token prefill chunk rides
-along, and how many requests of the workload's length the layout's KV cache holds. Then
-the ratio TP4+PP2 / TP8, measured and modelled. Ratios are the claim; the simulator's
-timing is the model's, so the numbers repeat on any machine (within a few per cent for
+time_scale: the simulated box's own rate), the model's account of that trial that the
+study records and the report's layout table shows: the decode step (ms, all-reduces x
+bytes, all-reduce ms, pipeline send ms, bubble share), the prompts' prefill per cycle, the
+requests the KV cache holds at these lengths, and the total tok/s the model predicts for
+the cycle. Then the ratio TP4+PP2 / TP8, measured and modelled. Ratios are the claim; the
+simulator's timing is the model's, so the numbers repeat on any machine (within a few per cent for
 the pipelined layouts, whose first steps depend on how the requests' arrivals fall).
 """
 
@@ -32,14 +31,10 @@ from typing import Any
 
 import yaml
 
-from servelab.model import deploy, kv_capacity, step
-
 REPO = Path(__file__).resolve().parents[1]
 SPACES = [
     REPO / "tests" / "fixtures" / "tune" / f"layout-{w}.yaml" for w in ("256-128", "8192-128")
 ]
-PREFILL_CHUNK = 8192
-"""SGLang's default chunked_prefill_size, the simulator's too."""
 TP8, TP4_PP2 = "tp=8", "tp=4,pp=2"
 
 
@@ -52,9 +47,6 @@ class LayoutRow:
     cap: int
     measured_tok_s: float
     model: dict[str, Any]
-    prefill_step_ms: float
-    kv_requests: int
-    """Requests of the workload's length the layout's KV cache holds."""
 
 
 def main() -> None:
@@ -86,8 +78,7 @@ def _report(space_file: Path, study: dict[str, Any]) -> None:
     print(
         "| layout | best trial (cap) | measured total tok/s | vs TP8 | model step ms"
         " | all-reduces x bytes | all-reduce ms | pipeline send ms | bubble"
-        f" | model decode tok/s | vs TP8 | model step with a {PREFILL_CHUNK:,}-token"
-        " prefill chunk ms | KV holds (requests) |"
+        " | model prefill ms per cycle | model total tok/s | vs TP8 | KV holds (requests) |"
     )
     print("|---" * 13 + "|")
     base = rows[TP8]
@@ -98,11 +89,12 @@ def _report(space_file: Path, study: dict[str, Any]) -> None:
             f" | {row.measured_tok_s / base.measured_tok_s:.2f}"
             f" | {m['step_ms']:.1f} | {m['allreduces']} x {m['allreduce_bytes'] / 1024:,.0f} KiB"
             f" | {m['allreduce_ms']:.1f} | {m['pp_send_ms']:.2f} | {m['pp_bubble_fraction']:.0%}"
-            f" | {m['tokens_per_s']:,.0f} | {m['tokens_per_s'] / base.model['tokens_per_s']:.2f}"
-            f" | {row.prefill_step_ms:,.0f} | {row.kv_requests} |"
+            f" | {m['prefill_ms']:,.0f} | {m['total_tokens_per_s'] / scale:,.0f}"
+            f" | {m['total_tokens_per_s'] / base.model['total_tokens_per_s']:.2f}"
+            f" | {m['kv_max_requests']} |"
         )
     measured = max(rows.values(), key=lambda r: r.measured_tok_s)
-    modelled = max(rows.values(), key=lambda r: r.model["tokens_per_s"])
+    modelled = max(rows.values(), key=lambda r: r.model["total_tokens_per_s"])
     pair = rows[TP4_PP2]
     print(
         f"\n- measured winner: **{measured.layout}**; the recorded model account's winner:"
@@ -110,16 +102,13 @@ def _report(space_file: Path, study: dict[str, Any]) -> None:
     )
     print(
         f"- TP4+PP2 / TP8: measured **{pair.measured_tok_s / base.measured_tok_s:.2f}**,"
-        f" modelled (decode step) **{pair.model['tokens_per_s'] / base.model['tokens_per_s']:.2f}**"
+        f" modelled **{pair.model['total_tokens_per_s'] / base.model['total_tokens_per_s']:.2f}**"
     )
     print(f"- measured values divided by the space's time_scale ({scale:g})\n")
 
 
 def _rows(space: dict[str, Any], study: dict[str, Any]) -> dict[str, LayoutRow]:
     """Each layout's best complete trial, in the space's order of layouts."""
-    options = space["base"]["options"]
-    workload = space["workload"]
-    context = workload["input_len"] + workload["output_len"] / 2
     rows: dict[str, LayoutRow] = {}
     for sizes in space["space"]["layout"]:
         name = ",".join(f"{k}={v}" for k, v in sizes.items())
@@ -129,29 +118,12 @@ def _rows(space: dict[str, Any], study: dict[str, Any]) -> dict[str, LayoutRow]:
             if t["params"]["layout"] == name and t["state"] == "complete" and t["values"]
         ]
         best = max(trials, key=lambda t: t["values"][0])
-        model = best["model"]
-        dep = deploy(
-            options["model"],
-            gpu=options["gpu"],
-            gpus=options["gpus"],
-            weights=options["weights"],
-            calibration=REPO / options["calibrate"],
-            tp=sizes["tp"],
-            pp=sizes.get("pp", 1),
-        )
-        chunk = step(
-            dep, decode_batch=model["batch"], context_tokens=context, prefill_tokens=PREFILL_CHUNK
-        )
         rows[name] = LayoutRow(
             layout=name,
             trial=best["number"],
             cap=best["params"]["knobs.max_running_requests"],
             measured_tok_s=best["values"][0],
-            model=model,
-            prefill_step_ms=chunk.step_s * 1e3,
-            kv_requests=kv_capacity(
-                dep, workload["input_len"], workload["output_len"]
-            ).max_concurrency,
+            model=best["model"],
         )
     return rows
 

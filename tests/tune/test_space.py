@@ -218,17 +218,35 @@ def test_layouts_that_cannot_run_are_pruned_with_the_reason():
     assert unknown.ok and unknown.deployment is None
 
 
-def test_the_model_account_weighs_all_reduces_against_the_pipeline():
+def test_the_model_account_weighs_all_reduces_prefill_and_the_kv_cache():
     sim = {"model": "glm-5-nvfp4", "gpu": "rtx-pro-6000", "gpus": 8, "weights": "nvfp4"}
-    accounts = {}
-    for tp, pp in ((8, 1), (4, 2), (2, 4)):
+
+    def account(tp: int, pp: int, input_len: int, cap: int | None = None) -> Any:
         fit = check_fit(EngineSpec(engine="sim", tp=tp, pp=pp, options=sim), None, 8)
         assert fit.deployment is not None
-        accounts[(tp, pp)] = layout_model(fit.deployment, batch=128, context_tokens=320, fits=True)
-    tp8, tp4, tp2 = accounts[(8, 1)], accounts[(4, 2)], accounts[(2, 4)]
+        return layout_model(
+            fit.deployment,
+            load=128,
+            cap=cap,
+            input_len=input_len,
+            output_len=128,
+            fits=True,
+            time_scale=10,
+        )
+
+    tp8, tp4, tp2 = account(8, 1, 256), account(4, 2, 256), account(2, 4, 256)
     assert tp8.pp_bubble_fraction == 0 and tp4.pp_bubble_fraction > 0
     assert tp8.allreduce_ms > tp4.allreduce_ms > tp2.allreduce_ms > 0
     assert tp8.allreduce_bytes == 128 * 6144 * 2
-    for account in accounts.values():
-        assert account.tokens_per_s == pytest.approx(128 / (account.step_ms / 1000), rel=1e-6)
-        assert account.reason
+    assert account(8, 1, 256, cap=64).batch == 64
+    # the cycle: 128 decode steps and the batch's prefill, in the simulator's time
+    for a in (tp8, tp4, tp2):
+        cycle_s = (128 * a.step_ms + a.prefill_ms) / 1000
+        assert a.total_tokens_per_s == pytest.approx(10 * a.batch * 384 / cycle_s, rel=1e-6)
+        assert a.output_tokens_per_s == pytest.approx(a.total_tokens_per_s / 3, rel=1e-6)
+    long = account(8, 1, 8192)
+    assert long.batch == long.kv_max_requests < 128
+    assert long.reason.endswith(
+        f"the KV cache holds only {long.kv_max_requests} requests of this length"
+    )
+    assert "prefilling the prompts" in long.reason

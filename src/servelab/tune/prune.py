@@ -19,7 +19,7 @@ from typing import Any
 
 from servelab.core.errors import ConfigError
 from servelab.engines.base import EngineSpec
-from servelab.model import Deployment, decode_step, deploy
+from servelab.model import Deployment, decode_step, deploy, kv_capacity, throughput_curve
 from servelab.model.gpus import gpu_by_slug, gpu_for_nvml_name
 from servelab.model.presets import resolve_model
 from servelab.probe.report import ProbeReport
@@ -75,54 +75,83 @@ def check_fit(spec: EngineSpec, probe: ProbeReport | None, gpus: int | None) -> 
 
 
 def layout_model(
-    dep: Deployment, *, batch: float, context_tokens: float, fits: bool
+    dep: Deployment,
+    *,
+    load: float,
+    cap: int | None,
+    input_len: int,
+    output_len: int,
+    fits: bool,
+    time_scale: float = 1.0,
 ) -> LayoutModel:
-    """The model's decode step of `dep` at `batch`, its communication laid out."""
-    step = decode_step(dep, batch, context_tokens)
-    per_replica = batch / max(dep.layout.dp, 1)
-    message = per_replica * dep.model.hidden * _ACTIVATION_BYTES
+    """The model's closed-loop cycle of `dep` at `load` requests: each request prefills its
+    prompt, then decodes `output_len` steps; the batch is what the cap and the KV cache let
+    run together."""
+    room = kv_capacity(dep, input_len, max(output_len, 1)).max_concurrency
+    batch = max(1, min(int(load), cap or int(load), room))
+    (point,) = throughput_curve(dep, input_len, output_len, [batch])
+    step = decode_step(dep, batch, input_len + output_len / 2)
+    message = batch / max(dep.layout.dp, 1) * dep.model.hidden * _ACTIVATION_BYTES
+    cycle = _Cycle(
+        decode_s=output_len * step.step_s,
+        allreduce_s=output_len * step.allreduce_s,
+        pipeline_s=output_len * (step.pp_send_s + step.pp_bubble_fraction * step.step_s),
+        busy_s=output_len * step.gpu_busy_s,
+        prefill_s=point.prefill_s,
+    )
     return LayoutModel(
         tp=dep.layout.tp,
         pp=dep.layout.pp,
         batch=batch,
+        kv_max_requests=room,
         step_ms=step.step_s * 1e3,
         allreduces=step.allreduces,
         allreduce_bytes=message if step.allreduces else 0.0,
         allreduce_ms=step.allreduce_s * 1e3,
         pp_send_ms=step.pp_send_s * 1e3,
         pp_bubble_fraction=step.pp_bubble_fraction,
-        tokens_per_s=step.tokens_per_s,
+        prefill_ms=point.prefill_s * 1e3,
+        total_tokens_per_s=point.total_tokens_per_s * time_scale,
+        output_tokens_per_s=point.output_tokens_per_s * time_scale,
+        time_scale=time_scale,
         fits=fits,
-        reason=_dominant(
-            step.step_s,
-            step.allreduce_s,
-            step.pp_send_s,
-            step.pp_bubble_fraction,
-            step.gpu_busy_s,
-            step.allreduces,
-            message,
-        ),
+        reason=cycle.reason(step.allreduces, message, batch, room, int(load)),
     )
 
 
-def _dominant(
-    step_s: float,
-    allreduce_s: float,
-    send_s: float,
-    bubble: float,
-    busy_s: float,
-    allreduces: int,
-    message: float,
-) -> str:
-    """One sentence naming the largest share of the modelled step."""
-    shares = {
-        f"{allreduces} all-reduces of {_bytes(message)} each take {allreduce_s * 1e3:.1f} ms"
-        f" ({allreduce_s / step_s:.0%} of the step)": allreduce_s,
-        f"pipeline sends take {send_s * 1e3:.1f} ms and {bubble:.0%} of stage time idles in the"
-        f" bubble": send_s + bubble * step_s,
-        f"the GPUs' own work is {busy_s * 1e3:.1f} ms ({busy_s / step_s:.0%} of the step)": busy_s,
-    }
-    return max(shares, key=lambda text: shares[text])
+@dataclass(frozen=True, slots=True)
+class _Cycle:
+    """Where one request cycle's time goes (seconds, at real speed)."""
+
+    decode_s: float
+    allreduce_s: float
+    pipeline_s: float
+    busy_s: float
+    prefill_s: float
+
+    def reason(self, allreduces: int, message: float, batch: int, room: int, load: int) -> str:
+        """One sentence naming the largest share of the cycle, and the KV limit if it binds."""
+        total = self.decode_s + self.prefill_s
+        shares = {
+            f"decode all-reduces ({allreduces} per step, {_bytes(message)} each) take "
+            f"{_share(self.allreduce_s, total)} of the cycle": self.allreduce_s,
+            f"the pipeline's sends and bubble take {_share(self.pipeline_s, total)} of the "
+            "cycle": self.pipeline_s,
+            f"prefilling the prompts takes {_share(self.prefill_s, total)} of the cycle": (
+                self.prefill_s
+            ),
+            f"the GPUs' own decode work takes {_share(self.busy_s, total)} of the cycle": (
+                self.busy_s
+            ),
+        }
+        text = max(shares, key=lambda key: shares[key])
+        if room < load and batch == room:
+            text += f"; the KV cache holds only {room} requests of this length"
+        return text
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{part / whole:.0%}" if whole > 0 else "none"
 
 
 def _bytes(n: float) -> str:

@@ -54,22 +54,36 @@ class ObjectiveSpec(BaseModel):
 class LayoutModel(BaseModel):
     """The analytic model's account of one trial's layout at the objective's load: why one
     layout beats another (all-reduces on the tensor-parallel path against the pipeline's
-    bubble and sends)."""
+    bubble and sends, the prompts' prefill, what the KV cache holds). Rates are in the
+    trial's own time: a simulator's `time_scale` multiplies them, as it does its steps."""
 
     model_config = ConfigDict(extra="forbid")
 
     tp: int
     pp: int
-    batch: float = Field(description="Requests decoding together in the modelled step.")
-    step_ms: float
+    batch: float = Field(
+        description="Requests running together: the load, capped by the running-request cap "
+        "and by what the KV cache holds at these lengths."
+    )
+    kv_max_requests: int = Field(description="Requests of this length the KV cache holds.")
+    step_ms: float = Field(description="One decode step of the batch.")
     allreduces: int = Field(description="Tensor-parallel all-reduces along one step's path.")
     allreduce_bytes: float = Field(description="Bytes of each all-reduce (per rank).")
-    allreduce_ms: float = Field(description="Their total time in one step.")
+    allreduce_ms: float = Field(description="Their total time in one decode step.")
     pp_send_ms: float = Field(description="Activations sent between stages in one step.")
     pp_bubble_fraction: float = Field(description="Share of stage time idle.")
-    tokens_per_s: float = Field(description="Decode tokens/s the model predicts at this batch.")
+    prefill_ms: float = Field(description="Prefilling the batch's prompts, once per cycle.")
+    total_tokens_per_s: float = Field(description="Input and output tokens/s the model predicts.")
+    output_tokens_per_s: float = Field(description="Output tokens/s the model predicts.")
+    time_scale: float = Field(default=1.0, description="The simulator's speed-up, else 1.")
     fits: bool
-    reason: str = Field(description="One sentence: what dominates this layout's step.")
+    reason: str = Field(description="One sentence: what dominates this layout's cycle.")
+
+    def predicted(self, metric: str) -> float:
+        """The model's figure for an objective's metric (output or else total tokens/s)."""
+        if metric == "output_throughput":
+            return self.output_tokens_per_s
+        return self.total_tokens_per_s
 
 
 class TrialRow(BaseModel):

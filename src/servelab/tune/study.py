@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import optuna
+from pydantic import ValidationError
 
 from servelab.core.errors import ConfigError
 from servelab.diagnose import Diagnosis
@@ -48,6 +49,7 @@ _ATTR_TEXT = "space_text"
 _ATTR_QUESTION = "question"
 _ATTR_SAMPLER = "sampler"
 _ATTR_NOTES = "notes"
+_BUDGET_KEYS = frozenset({"trials", "time_budget", "study"})
 _MAX_PROPOSALS = 3
 """A setting proposed again reuses its measurement and does not count against the budget,
 up to this many proposals per budgeted trial (a sampler stuck on a small space ends)."""
@@ -150,7 +152,8 @@ def study_result(
         if "failed_trial" in t.system_attrs
     }
     rows = [_row(t, retried, study_dir) for t in trials]
-    best = _best(study, space, rows)
+    reused = {t.number for t in trials if t.user_attrs.get("same_as") is not None}
+    best = _best(study, space, [r for r in rows if r.number not in reused])
     default = next(
         (r.number for r in rows if r.role == "default" and r.state == "complete"),
         next((r.number for r in rows if r.role == "default"), None),
@@ -351,11 +354,11 @@ def _stored_space(name: str, storage: optuna.storages.RDBStorage) -> SearchSpace
 
 
 def _question(space: SearchSpace) -> str:
-    """What makes two runs the same study: everything but the budget and the file's text."""
-    data = space.model_dump(
-        mode="json", exclude={"trials", "time_budget_s", "text", "source", "document"}
-    )
-    return json.dumps(data, sort_keys=True)
+    """What makes two runs the same study: the file's content (base inlined) but for its
+    budget. The document, not the parsed space, so that a later servelab with new defaults
+    continues a study an earlier one began."""
+    data = {k: v for k, v in space.document.items() if k not in _BUDGET_KEYS}
+    return json.dumps(data, sort_keys=True, default=str)
 
 
 def _sampler_name(space: SearchSpace) -> str:
@@ -431,7 +434,6 @@ def _row(
     feasible = None
     if state == "complete":
         feasible = all(v <= 0 for v in constraints) if constraints else True
-    model = attrs.get("model")
     run_dir = attrs.get("run_dir")
     given = attrs.get("role") or ("retry" if "failed_trial" in trial.system_attrs else "search")
     role = cast(
@@ -454,8 +456,19 @@ def _row(
         duration_s=attrs.get("duration_s"),
         spec_yaml=attrs.get("spec_yaml"),
         command=attrs.get("command"),
-        model=LayoutModel.model_validate(model) if isinstance(model, dict) else None,
+        model=_layout_model(attrs.get("model")),
     )
+
+
+def _layout_model(given: Any) -> LayoutModel | None:
+    """The trial's model account; one recorded by an earlier servelab in another shape is
+    left out rather than failing the whole document."""
+    if not isinstance(given, dict):
+        return None
+    try:
+        return LayoutModel.model_validate(given)
+    except ValidationError:
+        return None
 
 
 def _fixed(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:

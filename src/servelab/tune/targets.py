@@ -144,8 +144,8 @@ def read_metric(summary: BenchSummary, metric: str, at: float | None) -> float |
         attempted = failed + sum(level.completed or 0 for level in summary.levels)
         return failed / attempted if attempted else None
     level = level_at(summary.levels, at)
-    if level is None:
-        return None
+    if level is None or not level.completed:
+        return None  # a level where every request failed measured nothing, not zero
     value = getattr(level, metric, None)
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 

@@ -328,12 +328,16 @@ def _record_model(trial: optuna.Trial, ctx: TrialContext, spec: EngineSpec, fit:
     if fit.deployment is None:
         return
     space = ctx.space
-    at = space.objectives[0].at or max(space.load.levels)
-    cap = spec.knobs.max_running_requests
-    batch = min(at, cap) if cap is not None else at
-    out = space.workload.output_len or 0
-    context = space.workload.input_len + out / 2
-    account = layout_model(fit.deployment, batch=batch, context_tokens=context, fits=fit.ok)
+    scale = spec.options.get("time_scale") if spec.engine == "sim" else None
+    account = layout_model(
+        fit.deployment,
+        load=space.objectives[0].at or max(space.load.levels),
+        cap=spec.knobs.max_running_requests,
+        input_len=space.workload.input_len,
+        output_len=space.workload.output_len or 0,
+        fits=fit.ok,
+        time_scale=float(scale) if isinstance(scale, int | float) and scale > 0 else 1.0,
+    )
     trial.set_user_attr("model", account.model_dump(mode="json"))
 
 

@@ -118,7 +118,8 @@ def layout_answer(study: StudyResult) -> str | None:
         )
     else:
         text = f"{win.name} beats {lose.name} by {ratio:.2f}x here ({measured})"
-    return f"{text}; {_model_says(win, lose)}."  # not sentence(): 'tp=8' stays lower case
+    says = _model_says(win, lose, objective.metric)
+    return f"{text}; {says}."  # not sentence(): 'tp=8' stays lower case
 
 
 @dataclass(frozen=True)
@@ -347,6 +348,7 @@ def _layout_name(trial: TrialRow) -> str:
 def _layout_blocks(study: StudyResult, layouts: list[_Layout]) -> list[Block]:
     objective = study.objectives[0] if study.objectives else None
     measured_header = f"best {objective.label} ({objective.unit})" if objective else "best"
+    metric = objective.metric if objective else "total_throughput"
     header = [
         "layout",
         "trials",
@@ -356,7 +358,8 @@ def _layout_blocks(study: StudyResult, layouts: list[_Layout]) -> list[Block]:
         "all-reduce ms",
         "pipeline send ms",
         "bubble",
-        "model tok/s",
+        "prefill ms per cycle",
+        f"model {metric}",
         "model's reason",
     ]
     rows = []
@@ -374,11 +377,12 @@ def _layout_blocks(study: StudyResult, layouts: list[_Layout]) -> list[Block]:
                 f"{m.allreduce_ms:.3g}",
                 f"{m.pp_send_ms:.3g}",
                 f"{m.pp_bubble_fraction:.0%}",
-                f"{m.tokens_per_s:,.0f}",
+                f"{m.prefill_ms:,.3g}",
+                f"{m.predicted(metric):,.0f}",
                 m.reason,
             ]
             if m is not None
-            else ["-"] * 6 + ["the model did not account for this layout"]
+            else ["-"] * 7 + ["the model did not account for this layout"]
         )
         rows.append(
             [lay.name, ", ".join(str(t.number) for t in lay.trials), measured, *model_cells]
@@ -387,7 +391,7 @@ def _layout_blocks(study: StudyResult, layouts: list[_Layout]) -> list[Block]:
         header,
         rows,
         caption="Each layout's best feasible measurement beside the model's step at that load",
-        right=frozenset(range(2, 9)),
+        right=frozenset(range(2, 10)),
     )
     blocks: list[Block] = [table]
     answer = layout_answer(study)
@@ -396,21 +400,24 @@ def _layout_blocks(study: StudyResult, layouts: list[_Layout]) -> list[Block]:
     return blocks
 
 
-def _model_says(win: _Layout, lose: _Layout) -> str:
+def _model_says(win: _Layout, lose: _Layout, metric: str) -> str:
     """The model's account of the two layouts and whether it ranks them as measured."""
     if win.model is None or lose.model is None:
         return "the model did not account for " + (
             "either layout" if win.model is lose.model else (lose if win.model else win).name
         )
     a, b = win.model, lose.model
-    if b.tokens_per_s == a.tokens_per_s:
+    pa, pb = a.predicted(metric), b.predicted(metric)
+    if pb == pa:
         verdict = "level, as it predicts them"
     else:
-        agrees = a.tokens_per_s > b.tokens_per_s
+        agrees = pa > pb
         verdict = "as measured" if agrees else "the opposite of what was measured"
     return (
         f"the model: {win.name} {_step(a)}; {lose.name} {_step(b)}; it predicts "
-        f"{a.tokens_per_s:,.0f} against {b.tokens_per_s:,.0f} tok/s, {verdict}"
+        f"{pa:,.0f} against {pb:,.0f} tok/s ({pa / pb:.2f}x), {verdict}"
+        if pb
+        else f"the model: {win.name} {_step(a)}; {lose.name} {_step(b)}"
     )
 
 
