@@ -15,9 +15,10 @@ from servelab.core.errors import ConfigError, EngineLaunchError
 from servelab.engines.base import EngineSpec, Knobs
 from servelab.engines.flagcheck import installed_flags
 from servelab.engines.registry import get_adapter
-from servelab.engines.signatures import EventKind, LogEvent
+from servelab.engines.signatures import EventKind, LogEvent, LogScan
 from servelab.engines.vllm import API_SERVER_MODULE, KNOB_FLAGS, LAYOUT_FLAGS, is_cpu_build
 from servelab.engines.watched import launch_watched
+from servelab.store import RunDir
 from servelab.telemetry.scrape import parse_metrics
 from tests.conftest import SERVELAB
 from tests.vllm.conftest import (
@@ -27,6 +28,7 @@ from tests.vllm.conftest import (
     KV_CACHE_GIB,
     MAX_MODEL_LEN,
     VLLM_PYTHON,
+    TuneRun,
     VllmEngine,
     vllm_processes,
 )
@@ -41,41 +43,51 @@ def _events(engine: VllmEngine, kind: EventKind) -> list[LogEvent]:
     return [event for event in scan.events if event.kind is kind]
 
 
-def test_capped_engine_starts_within_three_minutes_and_serves_metrics(vllm_capped: VllmEngine):
-    assert vllm_capped.startup_s < 180
-    command = vllm_capped.engine.command
+def _trial_scan(study: TuneRun) -> LogScan:
+    """What the capped trial's engine log said (its engine_events.json)."""
+    scan = RunDir(study.run_dir(study.trial_at_cap(CAP))).load_engine_events(LogScan)
+    assert scan is not None
+    return scan
+
+
+def test_an_engine_starts_within_three_minutes_and_serves_metrics(vllm_kv_limited: VllmEngine):
+    assert vllm_kv_limited.startup_s < 180
+    command = vllm_kv_limited.engine.command
     assert command[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
-    assert command[command.index("--max-num-seqs") + 1] == str(CAP)
+    assert command[command.index("--max-num-seqs") + 1] == "64"
     assert "--device" not in command
-    with urllib.request.urlopen(vllm_capped.url + "/metrics", timeout=10) as response:
+    with urllib.request.urlopen(vllm_kv_limited.url + "/metrics", timeout=10) as response:
         parsed = parse_metrics(response.read().decode())
     assert parsed.engine == "vllm"
     assert parsed.value("running") == 0 and parsed.value("queued") == 0
 
 
-def test_real_lines_match_readiness_capacity_and_scheduler_limits(vllm_capped: VllmEngine):
-    (ready,) = _events(vllm_capped, EventKind.ENGINE_READY)
+def test_real_lines_match_readiness_capacity_and_scheduler_limits(vllm_tune_study: TuneRun):
+    scan = _trial_scan(vllm_tune_study)
+
+    def events(kind: EventKind) -> list[LogEvent]:
+        return [event for event in scan.events if event.kind is kind]
+
+    (ready,) = events(EventKind.ENGINE_READY)
     assert ready.text.endswith("Application startup complete.")
-    (version,) = _events(vllm_capped, EventKind.ENGINE_VERSION)
+    (version,) = events(EventKind.ENGINE_VERSION)
     assert version.fields["version"] == "0.32.0"
     # 1 GiB of KV cache at 2,048 bytes a token
-    (capacity,) = _events(vllm_capped, EventKind.KV_CACHE_CAPACITY)
+    (capacity,) = events(EventKind.KV_CACHE_CAPACITY)
     tokens = KV_CACHE_GIB * 2**30 // KV_BYTES_PER_TOKEN
     assert capacity.fields == {"device": "CPU", "tokens": tokens}
-    (concurrency,) = _events(vllm_capped, EventKind.MAX_CONCURRENCY)
+    (concurrency,) = events(EventKind.MAX_CONCURRENCY)
     assert concurrency.fields == {
         "max_model_len": MAX_MODEL_LEN,
         "concurrency": tokens / MAX_MODEL_LEN,
     }
-    limits = {e.signature: e.fields for e in _events(vllm_capped, EventKind.SCHEDULER_LIMITS)}
+    limits = {e.signature: e.fields for e in events(EventKind.SCHEDULER_LIMITS)}
     assert limits["vllm.max_model_len"] == {"max_model_len": MAX_MODEL_LEN}
     assert limits["vllm.scheduler_args"] == {
         "max_num_seqs": CAP,
         "max_model_len": MAX_MODEL_LEN,
         "max_running_requests": CAP,
     }
-    scan = vllm_capped.watched.scan()
-    assert scan is not None
     assert not [e for e in scan.events if e.severity.value == "error"]
 
 

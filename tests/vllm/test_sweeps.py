@@ -70,28 +70,32 @@ def test_the_capped_sweep_fills_the_cap_queues_above_it_and_knees_at_it(
     assert not knee.found or knee.concurrency == CAP, knee.explanation
 
 
-def test_the_log_stats_alone_show_the_cap(vllm_capped: VllmEngine, tmp_path: Path):
-    """No /metrics scraped: vLLM's `Engine 000: ...` line (every second) gives the gauges."""
+def test_the_log_stats_alone_show_running_and_waiting_requests(
+    vllm_kv_limited: VllmEngine, tmp_path: Path
+):
+    """No /metrics scraped: vLLM's `Engine 000: ...` line (every second) gives the gauges.
+    The KV-limited engine runs what its 12 blocks hold (a request of 512 + 128 tokens takes
+    five) and queues the rest."""
     config = for_engine(
         BenchConfig(
-            url=vllm_capped.engine.url,
-            levels=[float(CAPPED_LEVELS[-1])],
+            url=vllm_kv_limited.engine.url,
+            levels=[16.0],
             duration_s=6.0,
             warmup=0,
             stream=False,
             workload=SWEEP_WORKLOAD,
             out=tmp_path / "run",
         ),
-        vllm_capped.engine,
+        vllm_kv_limited.engine,
         metrics=False,
     )
-    (level,) = run_bench(config, log_stats=vllm_capped.watched.log_stats).summary.levels
+    (level,) = run_bench(config, log_stats=vllm_kv_limited.watched.log_stats).summary.levels
     engine = _engine(level)
     assert (engine.available, engine.engine, engine.samples) == (True, "vllm", 0)
     assert engine.log_samples >= 4
     assert set(engine.sources.values()) == {"log"}
-    assert engine.running_max == CAP
-    assert engine.queued_max is not None and engine.queued_max >= CAP
+    assert engine.running_max is not None and 1 <= engine.running_max < KV_BLOCKS // 2
+    assert engine.queued_max is not None and engine.queued_max >= 8
     assert engine.gen_throughput_mean is not None and engine.gen_throughput_mean > 0
 
 

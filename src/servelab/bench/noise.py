@@ -81,7 +81,10 @@ Statistic = Callable[[LevelSample, np.ndarray], float]
 
 
 def level_sample(level: LevelSummary, records: Sequence[dict[str, Any]]) -> LevelSample | None:
-    """The level's completed, measured requests with text, or None where there are none."""
+    """The level's completed, measured requests, or None where there are fewer than two.
+
+    A streamed request is timed by its text chunks; one sent without streaming (no chunks)
+    by its whole response, which is then its first byte too."""
     rows = sorted(
         (
             r
@@ -89,7 +92,7 @@ def level_sample(level: LevelSummary, records: Sequence[dict[str, Any]]) -> Leve
             if r.get("level") == level.level
             and r.get("ok")
             and not r.get("warmup")
-            and r.get("chunk_offsets_ns")
+            and (r.get("chunk_offsets_ns") or r.get("t_end_ns", 0) > r.get("t_send_ns", 0))
         ),
         key=lambda r: r["t_send_ns"],
     )
@@ -97,13 +100,23 @@ def level_sample(level: LevelSummary, records: Sequence[dict[str, Any]]) -> Leve
         return None
     return LevelSample(
         level=level,
-        ttft_ms=np.array([r["chunk_offsets_ns"][0] / _NS_PER_MS for r in rows]),
-        e2e_ms=np.array([r["chunk_offsets_ns"][-1] / _NS_PER_MS for r in rows]),
+        ttft_ms=np.array([_first_ns(r) / _NS_PER_MS for r in rows]),
+        e2e_ms=np.array([_last_ns(r) / _NS_PER_MS for r in rows]),
         output_tokens=np.array([float(r.get("output_tokens") or 0) for r in rows]),
         total_tokens=np.array(
             [float((r.get("output_tokens") or 0) + (r.get("prompt_tokens") or 0)) for r in rows]
         ),
     )
+
+
+def _first_ns(record: dict[str, Any]) -> int:
+    chunks = record.get("chunk_offsets_ns")
+    return int(chunks[0]) if chunks else _last_ns(record)
+
+
+def _last_ns(record: dict[str, Any]) -> int:
+    chunks = record.get("chunk_offsets_ns")
+    return int(chunks[-1]) if chunks else int(record["t_end_ns"] - record["t_send_ns"])
 
 
 def ratio_band(a: LevelSample, b: LevelSample, statistic: Statistic, *, seed: int = 0) -> Band:
