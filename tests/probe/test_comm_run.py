@@ -13,6 +13,7 @@ from servelab.probe.comm import (
     NEEDS_TWO_GPUS,
     NO_CUDA,
     NO_DEVICES,
+    NO_GRAPHS_ON_CPU,
     NO_TORCH,
     PARTS,
     CommResults,
@@ -31,16 +32,20 @@ def test_importing_the_comm_package_does_not_import_torch():
 
 
 def test_without_cuda_every_part_is_skipped_with_the_reason(monkeypatch):
+    """All but the kernel launches, measured eager on the CPU, and the graph said missing."""
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # whatever this host has
     heard: list[str] = []
     results = run_comm(progress=heard.append)
-    assert results.skipped == dict.fromkeys(PARTS, NO_CUDA)
+    expected = {part: NO_CUDA for part in PARTS if part != "launch"}
+    assert results.skipped == expected | {"launch:graph": NO_GRAPHS_ON_CPU}
     assert results.errors == {}
     assert results.devices == []
     assert results.memory_copy is None and results.p2p is None and results.allreduce is None
     assert results.torch_version == str(torch.__version__)
-    assert heard == []
+    [launch] = results.launch or []
+    assert launch.device == "cpu" and launch.graph_us_per_kernel is None
+    assert heard == ["kernel launch latency on the CPU (eager only: no CUDA graphs without CUDA)"]
     assert cuda_uuid_map() == {}
     # The result survives a JSON round trip, as the store will keep it.
     assert CommResults.model_validate_json(results.model_dump_json()) == results

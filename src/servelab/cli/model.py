@@ -72,6 +72,14 @@ def model(
         ),
     ] = None,
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV cache: bf16 or fp8.")] = "bf16",
+    kernels: Annotated[
+        str | None,
+        typer.Option(
+            "--kernels",
+            help="Whose kernels the kernel floor counts: fused (SGLang, vLLM) or unfused "
+            "(transformers, op by op). Default: the preset's (h200-ref: unfused), else fused.",
+        ),
+    ] = None,
     batch: Annotated[
         int, typer.Option("--batch", help="Requests decoding together in the step shown.")
     ] = 1,
@@ -105,7 +113,8 @@ def model(
         typer.Option(
             "--calibrate",
             help="A `servelab probe --comm` probe.json: its measured memory bandwidth, "
-            "matmul rates, link and all-reduce figures replace the datasheet's.",
+            "matmul rates, link, all-reduce and kernel launch figures replace the "
+            "datasheet's.",
         ),
     ] = None,
     compare: Annotated[
@@ -122,7 +131,8 @@ def model(
     """The ceilings of a model on some GPUs in a layout, and where a decode step's time goes.
 
     Weight bytes per GPU, KV bytes per token and the KV capacity, the single-stream tok/s
-    ceiling, the prefill time, one decode step broken down (memory, compute,
+    ceiling beside its kernel floor (kernels per step x per-kernel latency, with CUDA
+    graphs and eager), the prefill time, one decode step broken down (memory, compute,
     communication, overhead) and throughput by concurrency up to the KV limit. An upper
     bound: a real engine sits below it, and the gap is the point.
     """
@@ -147,6 +157,7 @@ def model(
                 weights=weights,
                 attention_weights=attention_weights,
                 kv_dtype=kv_dtype,
+                kernels=kernels,
                 step_overhead_us=step_overhead_us,
                 mem_fraction=mem_fraction,
                 calibration=calibration,
@@ -178,6 +189,7 @@ def _report(
     weights: str | None,
     attention_weights: str | None,
     kv_dtype: str,
+    kernels: str | None,
     step_overhead_us: float,
     mem_fraction: float,
     calibration: Calibration | None,
@@ -193,6 +205,7 @@ def _report(
         weights=weights,
         attention_weights=attention_weights,
         kv_dtype=kv_dtype,
+        kernels=kernels,
         step_overhead_us=step_overhead_us,
         mem_fraction=mem_fraction,
         calibration=calibration,

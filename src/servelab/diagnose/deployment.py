@@ -21,6 +21,7 @@ from servelab.model import (
     MODEL_PRESETS,
     Calibration,
     Deployment,
+    KernelStyle,
     calibration_from_probe,
     deploy,
 )
@@ -28,6 +29,13 @@ from servelab.model import (
 __all__ = ["ModelChoice", "choose_model"]
 
 _EMBEDDED_FOLDER = re.compile(r"^(?P<preset>.+)-[0-9a-f]{8,}$")
+_KERNELS = {
+    "embedded": KernelStyle.UNFUSED,
+    "transformers": KernelStyle.UNFUSED,
+    "sglang": KernelStyle.FUSED,
+    "vllm": KernelStyle.FUSED,
+}
+"""Whose kernels each engine runs, for the kernel floor; others take the preset's."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,7 @@ class _Layout:
 
     gpu: str | None
     tp: int | None
+    kernels: KernelStyle | None
     options: DiagnoseOptions
 
     def deploy(self, name: str, calibration: Calibration | None) -> Deployment:
@@ -50,6 +59,7 @@ class _Layout:
             dp=options.dp,
             weights=options.weights,
             kv_dtype=options.kv_dtype,
+            kernels=self.kernels,
             calibration=calibration,
         )
 
@@ -73,6 +83,7 @@ def choose_model(files: RunFiles, options: DiagnoseOptions, conf: EngineConfig) 
     layout = _Layout(
         gpu=options.gpu or (calibration.gpu_slug if calibration else None),
         tp=options.tp or (conf.tp.value if conf.tp else None),
+        kernels=_KERNELS.get(conf.name or ""),
         options=options,
     )
     try:

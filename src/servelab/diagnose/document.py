@@ -3,10 +3,10 @@
 The single-stream gap is stated in layers, from the hardware's ceiling down to what was
 measured: the roofline of `servelab model` (memory or compute time plus communication
 and its per-step allowance, from the datasheet), the same with the probe's measurements
-in place of the datasheet's, the kernel floor (the same step as replayed kernels: a
-place kept for it, not yet measured) and the engine as configured. Each layer is one
-decode step per token; the shares say how much of the gap each piece of evidence
-accounts for.
+in place of the datasheet's, the kernel floor (the same step no faster than its kernels
+replayed as a CUDA graph: kernels per step x per-kernel latency) and the engine as
+configured. Each layer is one decode step per token; the shares say how much of the gap
+each piece of evidence accounts for.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class Layer(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(description="roofline, measured links, kernel floor, engine.")
+    name: str = Field(description="roofline, measured figures, kernel floor, engine.")
     available: bool
     ms_per_token: float | None = Field(default=None, description="Decode step, ms per token.")
     tokens_per_s: float | None = Field(default=None, description="1000 / ms_per_token.")

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 
 from servelab.bench.knee import Knee
 from servelab.bench.results import BenchSummary, LevelSummary
+from servelab.core.units import MS_PER_S
 from servelab.diagnose.engineconf import EngineConfig
 from servelab.diagnose.inputs import ProbeDoc
 from servelab.diagnose.modelview import ModelView
 from servelab.engines.signatures import EventKind, LogEvent
-from servelab.model import StepBreakdown
+from servelab.model import KernelFloor, StepBreakdown
 from servelab.telemetry.summary import EngineLevel, GpuStats
 
 __all__ = ["MODEL_FASTER_TOLERANCE", "LevelFacts", "ModelPoint", "RunFacts", "level_facts"]
@@ -31,11 +32,15 @@ upper bound on speed, and measurement noise plus the model's approximations are 
 
 @dataclass(frozen=True)
 class ModelPoint:
-    """The model at one level's batch and request lengths."""
+    """The model at one level's batch and request lengths; the floors are TPOTs too: the
+    model's TPOT with its decode step replaced by the kernel floor's."""
 
     tpot_ms: float
     step: StepBreakdown
     datasheet_tpot_ms: float | None
+    floor: KernelFloor
+    graph_floor_tpot_ms: float
+    eager_floor_tpot_ms: float
 
 
 @dataclass(frozen=True)
@@ -199,8 +204,15 @@ def _model_point(
         if model.datasheet is not None
         else None
     )
+    tpot = model.tpot_ms(batch, input_tokens, output_tokens)
+    step = model.decode(batch, context)
+    floor = model.kernel_floor(batch, context)
+    scale = MS_PER_S / model.time_scale
     return ModelPoint(
-        tpot_ms=model.tpot_ms(batch, input_tokens, output_tokens),
-        step=model.decode(batch, context),
+        tpot_ms=tpot,
+        step=step,
         datasheet_tpot_ms=datasheet,
+        floor=floor,
+        graph_floor_tpot_ms=tpot + (floor.graph_floor_s - step.step_s) * scale,
+        eager_floor_tpot_ms=tpot + (floor.eager_floor_s - step.step_s) * scale,
     )

@@ -1,25 +1,24 @@
 """The gap in layers at the lightest load (single stream) and at the knee.
 
-roofline (datasheet) -> roofline with the probe's measured figures -> kernel floor (a
-place kept for it: not yet measured) -> the engine as configured (measured TPOT). The gap
+roofline (datasheet) -> roofline with the probe's measured figures -> kernel floor (the
+same step no faster than its kernels replayed as a CUDA graph: kernels x per-kernel
+latency, `servelab.model.kernels`) -> the engine as configured (measured TPOT). The gap
 is measured minus the datasheet roofline; its shares are what the probe's measurements
-account for, then the engine's excess over the calibrated model split into its per-step
-and per-request parts (`servelab.diagnose.gap`).
+account for, what the kernels' latency adds (floor - roofline), then the engine's excess
+over the floor, split into its per-step and per-request parts (`servelab.diagnose.gap`):
+the floor is paid once per step, so it comes out of the per-step part.
 """
 
 from __future__ import annotations
 
 from servelab.core.units import MS_PER_S
 from servelab.diagnose.document import GapLayers, GapShare, Layer
-from servelab.diagnose.facts import LevelFacts, RunFacts
+from servelab.diagnose.facts import MODEL_FASTER_TOLERANCE, LevelFacts, ModelPoint, RunFacts
 from servelab.diagnose.gap import split_excess
 
 __all__ = ["KERNEL_FLOOR_NOTE", "gap_layers"]
 
-KERNEL_FLOOR_NOTE = (
-    "not measured yet: the same decode step as replayed kernels (a kernel count per step "
-    "times a per-kernel latency) sits here once it is"
-)
+KERNEL_FLOOR_NOTE = "needs the model: kernels per step x per-kernel latency"
 
 
 def gap_layers(facts: RunFacts) -> list[GapLayers]:
@@ -51,10 +50,10 @@ def _layers(facts: RunFacts, point: str, lv: LevelFacts) -> GapLayers:
         source=f"{lv.source}: mean TPOT",
         note=f"{facts.engine.name or 'the engine'} at {lv.label}",
     )
-    kernel = Layer(
-        name="kernel floor", available=False, source="replayed kernels", note=KERNEL_FLOOR_NOTE
-    )
     if lv.model is None or facts.model is None:
+        kernel = Layer(
+            name="kernel floor", available=False, source="replayed kernels", note=KERNEL_FLOOR_NOTE
+        )
         roofline = Layer(
             name="roofline",
             available=False,
@@ -98,7 +97,7 @@ def _layers(facts: RunFacts, point: str, lv: LevelFacts) -> GapLayers:
                 note=parts,
             )
         )
-    layers += [kernel, engine]
+    layers += [_kernel_layer(lv.model, measured), engine]
     gap = measured - datasheet if measured is not None else None
     return GapLayers(
         point=point,
@@ -109,6 +108,30 @@ def _layers(facts: RunFacts, point: str, lv: LevelFacts) -> GapLayers:
         layers=layers,
         gap_ms_per_token=gap,
         shares=_shares(facts, lv, gap),
+    )
+
+
+def _kernel_layer(model: ModelPoint, measured: float | None) -> Layer:
+    floor = model.floor
+    kernels = floor.kernels
+    note = (
+        f"{kernels.per_step:,} {kernels.style} kernels per step x "
+        f"{floor.graph_us_per_kernel:.1f} us replayed as a CUDA graph; eager, "
+        f"{floor.eager_us_per_kernel:.1f} us each: {model.eager_floor_tpot_ms:.3g} ms per "
+        f"token. Per-kernel latencies: {floor.source}"
+    )
+    if measured is not None and measured < MODEL_FASTER_TOLERANCE * model.graph_floor_tpot_ms:
+        note += (
+            ". The run is faster than this floor: its engine launches fewer kernels than "
+            f"{kernels.style} ones counted"
+        )
+    return Layer(
+        name="kernel floor (CUDA graphs)",
+        available=True,
+        ms_per_token=model.graph_floor_tpot_ms,
+        tokens_per_s=_per_token(model.graph_floor_tpot_ms),
+        source="servelab model: kernels per step x per-kernel latency, at least the roofline",
+        note=note,
     )
 
 
@@ -125,14 +148,37 @@ def _shares(facts: RunFacts, lv: LevelFacts, gap: float | None) -> list[GapShare
             )
         )
     split = split_excess(facts, lv)
-    if split is not None and split.per_step_ms is not None and split.neighbour is not None:
-        source = f"{lv.source} and {split.neighbour.source}, against the model"
-        parts.append(("engine, per step (launches, scheduling, host)", split.per_step_ms, source))
-        parts.append(("engine, per running request", split.per_request_ms or 0.0, source))
-    elif split is not None:
+    if split is None:
+        return _rounded(parts, gap)
+    # The floor is paid once per step: it comes out of the per-step part of the excess.
+    step_part = split.per_step_ms if split.per_step_ms is not None else split.excess_ms
+    kernels = max(min(lv.model.graph_floor_tpot_ms - lv.model.tpot_ms, step_part), 0.0)
+    if kernels > 0:
         parts.append(
-            ("engine (not split: needs a level at another batch)", split.excess_ms, lv.source)
+            ("kernel latency (the kernel floor over the roofline)", kernels, "model: kernel floor")
         )
+    if split.per_step_ms is not None and split.neighbour is not None:
+        source = f"{lv.source} and {split.neighbour.source}, against the model"
+        parts.append(
+            (
+                "engine, per step beyond the kernel floor (launches, scheduling, host)",
+                split.per_step_ms - kernels,
+                source,
+            )
+        )
+        parts.append(("engine, per running request", split.per_request_ms or 0.0, source))
+    else:
+        parts.append(
+            (
+                "engine beyond the kernel floor (not split: needs a level at another batch)",
+                split.excess_ms - kernels,
+                lv.source,
+            )
+        )
+    return _rounded(parts, gap)
+
+
+def _rounded(parts: list[tuple[str, float, str]], gap: float) -> list[GapShare]:
     return [
         GapShare(what=what, ms_per_token=round(ms, 4), share=round(ms / gap, 3), source=source)
         for what, ms, source in parts

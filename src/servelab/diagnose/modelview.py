@@ -18,7 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servelab.core.errors import ConfigError
-from servelab.model import Deployment, StepBreakdown, kv_capacity, step, throughput_curve
+from servelab.model import (
+    Deployment,
+    KernelFloor,
+    StepBreakdown,
+    kernel_floor,
+    kv_capacity,
+    step,
+    throughput_curve,
+)
 
 __all__ = ["ModelView"]
 
@@ -47,6 +55,10 @@ class ModelView:
         """One decode step, in the model's own (unscaled) seconds."""
         dep = self.datasheet if datasheet and self.datasheet is not None else self.deployment
         return step(dep, decode_batch=max(batch, 1e-9), context_tokens=context)
+
+    def kernel_floor(self, batch: float, context: float) -> KernelFloor:
+        """The decode step's kernel floor, in the model's own (unscaled) seconds."""
+        return kernel_floor(self.deployment, max(batch, 1e-9), context)
 
     def tpot_ms(
         self, batch: float, input_len: float, output_len: float, *, datasheet: bool = False

@@ -2,8 +2,9 @@
 
 Nothing here touches the machine; `probe` measures it and compares with these figures.
 A deployment (`deploy`) is a model on GPUs in a layout with its formats; `analyze` gives
-its ceilings, and `decode_step_s`, `prefill_s`, `step_s` and `kv_capacity_tokens` are
-the simulator's per-step questions.
+its ceilings, `kernel_floor` what its kernels' count and latency allow, and
+`decode_step_s`, `prefill_s`, `step_s` and `kv_capacity_tokens` are the simulator's
+per-step questions.
 """
 
 from servelab.model.analysis import analyze, throughput_curve
@@ -17,12 +18,15 @@ from servelab.model.deployment import (
 )
 from servelab.model.formats import Format, KvDtype, WeightPlan, weight_plan
 from servelab.model.gpus import GPUS, GpuSpec, gpu_by_slug
+from servelab.model.kernels import KernelStyle, count_kernels
 from servelab.model.layout import Layout, parse_layout
 from servelab.model.params import ParamCounts, count_params
 from servelab.model.perf import (
     decode_step,
     decode_step_s,
     deploy,
+    kernel_counts,
+    kernel_floor,
     kv_capacity,
     kv_capacity_tokens,
     prefill,
@@ -33,6 +37,8 @@ from servelab.model.perf import (
 )
 from servelab.model.presets import MODEL_PRESETS, ModelPreset, resolve_model
 from servelab.model.results import (
+    KernelCounts,
+    KernelFloor,
     KvCapacity,
     ModelComparison,
     ModelReport,
@@ -52,6 +58,9 @@ __all__ = [
     "Deployment",
     "Format",
     "GpuSpec",
+    "KernelCounts",
+    "KernelFloor",
+    "KernelStyle",
     "KvCapacity",
     "KvDtype",
     "Layout",
@@ -66,11 +75,14 @@ __all__ = [
     "WeightPlan",
     "analyze",
     "calibration_from_probe",
+    "count_kernels",
     "count_params",
     "decode_step",
     "decode_step_s",
     "deploy",
     "gpu_by_slug",
+    "kernel_counts",
+    "kernel_floor",
     "kv_capacity",
     "kv_capacity_tokens",
     "load_config",

@@ -8,6 +8,7 @@ from servelab.model.deployment import Deployment, replaced_figures
 from servelab.model.params import count_params
 from servelab.model.perf import (
     decode_step,
+    kernel_floor,
     kv_capacity,
     prefill,
     prefill_s,
@@ -86,6 +87,7 @@ def analyze(
         kv=kv_capacity(dep, input_len, output_len),
         single_stream_tokens_per_s=single.tokens_per_s,
         single_stream=single,
+        kernel_floor=kernel_floor(dep, 1, context),
         step=decode_step(dep, batch, context),
         prefill=prefill(dep, input_len),
         throughput=throughput_curve(dep, input_len, output_len),
@@ -103,6 +105,7 @@ def _assumptions(dep: Deployment) -> list[str]:
         "experts are picked uniformly and independently by each token",
         f"per-step overhead {dep.step_overhead_us:g} us (CUDA-graph replay, sampling, scheduler)",
         f"links: {comm.link}, all-reduce latency {comm.allreduce_latency_s * US_PER_S:g} us",
+        f"kernel floor: {dep.kernels.value} kernels (docs/MODEL.md), grouped expert GEMMs",
     ]
     if dep.model.mla is not None and dep.layout.tp > 1:
         notes.append("the MLA latent cache is replicated on every tensor-parallel rank")

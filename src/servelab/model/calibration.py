@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from servelab.core.errors import ConfigError
 from servelab.core.jsonfile import read_json_object
 from servelab.core.units import US_PER_S
-from servelab.model.gpus import GpuSpec
+from servelab.model.gpus import GRAPH_EMPTY_KERNEL_US, GpuSpec
 
 __all__ = [
     "PROBE_SCHEMA",
@@ -65,6 +65,12 @@ class Calibration(BaseModel):
     allreduce: tuple[AllReduceSample, ...] = Field(
         default=(), description="The all-reduce sweep, sorted by size."
     )
+    eager_kernel_s: float | None = Field(
+        default=None, description="The launch chain's eager dispatch per op, slowest GPU."
+    )
+    graph_kernel_s: float | None = Field(
+        default=None, description="The launch chain's graph replay per (empty) kernel, slowest."
+    )
 
 
 def calibration_from_probe(source: str | Path | Mapping[str, Any]) -> Calibration:
@@ -96,6 +102,7 @@ def calibration_from_probe(source: str | Path | Mapping[str, Any]) -> Calibratio
         fields[f"{dtype}_flops"] = _slowest(rows, "tflop_s", 1e12)
     fields.update(_p2p(comm.get("p2p") or []))
     fields.update(_allreduce(comm.get("allreduce")))
+    fields.update(_launch(comm.get("launch") or []))
     calibration = Calibration.model_validate(fields)
     measured = [k for k, v in fields.items() if k not in ("source", "gpu_slug", "gpu_name") and v]
     if not measured:
@@ -148,6 +155,24 @@ def _allreduce(result: Any) -> dict[str, Any]:
             for p in points
         ),
     }
+
+
+def _launch(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The slowest GPU's per-kernel launch figures; a CPU's eager dispatch says nothing of a
+    GPU's, and a chain that did not run whole is not read."""
+    cuda = [
+        r
+        for r in rows
+        if isinstance(r, dict) and str(r.get("device", "")).startswith("cuda")
+        if r.get("chain_verified", True)
+    ]
+    found: dict[str, float] = {}
+    pairs = (("eager_kernel_s", "eager_us_per_kernel"), ("graph_kernel_s", "graph_us_per_kernel"))
+    for key, field in pairs:
+        values = [float(r[field]) for r in cuda if r.get(field)]
+        if values:
+            found[key] = max(values) / US_PER_S
+    return found
 
 
 class Replacement(BaseModel):
@@ -208,4 +233,23 @@ def apply_calibration(
                 gpu.fp4_dense_flops * fraction,
                 f"datasheet x fp8's measured fraction {fraction:.2f}",
             )
-    return gpu.model_copy(update=update), tuple(replaced)
+    if calibration.eager_kernel_s:
+        eager_us = calibration.eager_kernel_s * US_PER_S
+        replace("eager_kernel_us", "eager dispatch per kernel", "us", 1.0, eager_us, "measured")
+    if calibration.graph_kernel_s:
+        # The chain's kernels are empty; a decode step's are not: scale the catalogue's
+        # decode-kernel replay by this GPU's empty-kernel replay over the H200's.
+        ratio = calibration.graph_kernel_s * US_PER_S / GRAPH_EMPTY_KERNEL_US
+        replace(
+            "graph_kernel_us",
+            "graph replay per kernel",
+            "us",
+            1.0,
+            gpu.graph_kernel_us * ratio,
+            f"catalogue x this GPU's empty-kernel replay over the H200's ({ratio:.2f})",
+        )
+    copy = gpu.model_copy(update=update)
+    if calibration.eager_kernel_s or calibration.graph_kernel_s:
+        source = f"{calibration.source}: the probe's launch chain"
+        copy = copy.model_copy(update={"kernel_latency_source": source})
+    return copy, tuple(replaced)

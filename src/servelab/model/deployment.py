@@ -23,6 +23,7 @@ from servelab.model.comm import CommModel, comm_model
 from servelab.model.configs import ModelConfig
 from servelab.model.formats import KvDtype, WeightPlan
 from servelab.model.gpus import GpuSpec
+from servelab.model.kernels import KernelStyle
 from servelab.model.layout import Layout
 
 __all__ = [
@@ -53,6 +54,9 @@ class Deployment(BaseModel):
     layout: Layout
     weights: WeightPlan
     kv_dtype: KvDtype = KvDtype.BF16
+    kernels: KernelStyle = Field(
+        default=KernelStyle.FUSED, description="Whose kernels the kernel floor counts."
+    )
     step_overhead_us: float = Field(default=DEFAULT_STEP_OVERHEAD_US, ge=0)
     mem_fraction: float = Field(default=DEFAULT_MEM_FRACTION, gt=0, le=1)
     activation_reserve_bytes: int = Field(default=DEFAULT_ACTIVATION_RESERVE_BYTES, ge=0)

@@ -5,6 +5,9 @@ Every figure is NVIDIA's, from the datasheet named beside it. Tensor-core rates 
 sizes are the datasheet's "GB" read as GiB (2^30 bytes), which is how the DRAM is
 built; NVML reports a little less, the part the driver reserves. A figure that is
 derived rather than printed in a datasheet is listed in `GpuSpec.assumed`.
+
+No datasheet gives the per-kernel latencies of the kernel floor (`servelab.model.kernels`):
+they are measured, on the H200, and `kernel_latency_source` says how and where.
 """
 
 from __future__ import annotations
@@ -15,7 +18,11 @@ from servelab.core.errors import ConfigError
 from servelab.core.units import GIB
 
 __all__ = [
+    "EAGER_KERNEL_US",
     "GPUS",
+    "GRAPH_EMPTY_KERNEL_US",
+    "GRAPH_KERNEL_US",
+    "KERNEL_LATENCY_ASSUMED",
     "GpuSpec",
     "UnknownGpuError",
     "gpu_by_slug",
@@ -38,6 +45,26 @@ _PCIE_LANE_BYTES_S: dict[int, float] = {
     5: 32.0e9 * 128 / 130 / 8,  # 3.938 GB/s
     6: 64.0e9 * 242 / 256 / 8,  # 7.563 GB/s
 }
+
+
+EAGER_KERNEL_US = 7.0
+"""One op dispatched eagerly from Python through torch to the driver: `servelab probe
+--comm`'s launch chain (1,000 in-place adds on 1,024 floats) on one H200 with torch 2.11,
+2026-12-01: 7.0, 7.1 and 7.0 us in three runs, 10.7 us inside a whole `probe --comm
+--quick`. The host's cost more than the GPU's; a floor: transformers' modules spend
+20-29 us of host time per kernel (h200-ref eager, 29.5 ms for 1,482 kernels)."""
+GRAPH_KERNEL_US = 2.8
+"""One kernel of a decode step replayed as a CUDA graph on one H200: h200-ref's graph
+step took 3.9-4.1 ms for 1,436 kernels (plain torch, 2026-12-01), each kernel ~2.4 us
+busy and ~0.4 us between them. The launch chain's empty adds replay at 1.0 us: a decode
+step's kernels (norms, GEMVs, reductions) are not empty."""
+GRAPH_EMPTY_KERNEL_US = 1.0
+"""The launch chain's empty adds replayed as a CUDA graph on the same H200: 1.01 us per
+kernel. A probe's own chain is read against it (`calibration.apply_calibration`)."""
+KERNEL_LATENCY_ASSUMED = (
+    "assumed: the H200's measured launch (7.0 us eager) and replay (2.8 us) per kernel; "
+    "launch is the host's and the driver's cost more than the GPU's"
+)
 
 
 class GpuSpec(BaseModel):
@@ -70,6 +97,15 @@ class GpuSpec(BaseModel):
     pcie_width: int = Field(description="PCIe lanes of the host link.")
     assumed: tuple[str, ...] = Field(
         default=(), description="Fields whose figure is derived, not printed in a datasheet."
+    )
+    eager_kernel_us: float = Field(
+        default=EAGER_KERNEL_US, gt=0, description="One op dispatched eagerly (no graphs)."
+    )
+    graph_kernel_us: float = Field(
+        default=GRAPH_KERNEL_US, gt=0, description="One decode kernel of a replayed graph."
+    )
+    kernel_latency_source: str = Field(
+        default=KERNEL_LATENCY_ASSUMED, description="Where the per-kernel latencies come from."
     )
 
     @property
@@ -105,6 +141,9 @@ GPUS: dict[str, GpuSpec] = {
             nvlink_bandwidth_bytes_s=900 * _GB,
             pcie_gen=5,
             pcie_width=16,
+            kernel_latency_source=(
+                "the H200's, measured (the same GH100 chip at the same 1,980 MHz boost clock)"
+            ),
         ),
         # NVIDIA H200 Tensor Core GPU datasheet, H200 SXM column: 141 GB HBM3e, 4.8 TB/s,
         # BF16 1,979 and FP8 3,958 TFLOPS with sparsity, up to 700 W, NVLink 900 GB/s,
@@ -123,6 +162,11 @@ GPUS: dict[str, GpuSpec] = {
             nvlink_bandwidth_bytes_s=900 * _GB,
             pcie_gen=5,
             pcie_width=16,
+            kernel_latency_source=(
+                "measured on one H200, 2026-12-01: 7.0 us eager (servelab probe --comm's "
+                "launch chain), 2.8 us replayed (h200-ref's decode step as a CUDA graph, "
+                "3.9-4.1 ms for 1,436 kernels)"
+            ),
         ),
         # NVIDIA HGX B200 (Blackwell datasheet, per GPU): 180 GB HBM3e (DGX B200: 1,440 GB
         # for 8), 8 TB/s, dense BF16 2.25, FP8 4.5, FP4 9 PFLOPS (18 with sparsity),

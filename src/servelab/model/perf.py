@@ -36,11 +36,14 @@ from servelab.model.formats import (
     weight_plan,
 )
 from servelab.model.gpus import GPUS, GpuSpec, gpu_by_slug
+from servelab.model.kernels import KernelStyle, count_kernels, floor_of_step
 from servelab.model.layout import MAX_DEGREE, Layout, check_layout
 from servelab.model.params import count_params
 from servelab.model.presets import resolve_model
 from servelab.model.results import (
     Bound,
+    KernelCounts,
+    KernelFloor,
     KvCapacity,
     StepBreakdown,
     WeightMemory,
@@ -51,6 +54,8 @@ __all__ = [
     "decode_step",
     "decode_step_s",
     "deploy",
+    "kernel_counts",
+    "kernel_floor",
     "kv_capacity",
     "kv_capacity_tokens",
     "prefill",
@@ -73,6 +78,7 @@ def deploy(
     weights: str | None = None,
     attention_weights: str | None = None,
     kv_dtype: str = "bf16",
+    kernels: KernelStyle | str | None = None,
     step_overhead_us: float = DEFAULT_STEP_OVERHEAD_US,
     mem_fraction: float = DEFAULT_MEM_FRACTION,
     activation_reserve_bytes: int = DEFAULT_ACTIVATION_RESERVE_BYTES,
@@ -83,7 +89,7 @@ def deploy(
     `model` is a preset name, a config.json path or a ModelConfig. Left out, the GPU (and,
     with no tp either, the GPU count) comes from the preset's typical deployment, the
     count is tp x pp x dp, tp is the count / (pp x dp), and the weight format is the
-    preset's (or the checkpoint's, else bf16).
+    preset's (or the checkpoint's, else bf16); the kernel style is the preset's (else fused).
     """
     if isinstance(model, ModelConfig):
         config, preset, name = model, None, model.family
@@ -116,6 +122,7 @@ def deploy(
         raise ConfigError(f"step overhead must be at least 0 us, got {step_overhead_us:g}")
     if isinstance(calibration, str | Path):
         calibration = calibration_from_probe(calibration)
+    style = _kernel_style(kernels, preset.kernels if preset is not None else KernelStyle.FUSED)
     dep = Deployment(
         model_name=name,
         model=config,
@@ -123,6 +130,7 @@ def deploy(
         layout=layout,
         weights=weight_plan(fmt, attention=attention_weights),
         kv_dtype=parse_kv_dtype(kv_dtype),
+        kernels=style,
         step_overhead_us=step_overhead_us,
         mem_fraction=mem_fraction,
         activation_reserve_bytes=activation_reserve_bytes,
@@ -224,6 +232,24 @@ def decode_step(dep: Deployment, batch: float, context_tokens: float) -> StepBre
 def decode_step_s(dep: Deployment, batch: float, context_tokens: float) -> float:
     """Seconds of one decode step; `context_tokens` is per request (the batch's mean)."""
     return step_s(dep, decode_batch=batch, context_tokens=context_tokens)
+
+
+def kernel_counts(dep: Deployment) -> KernelCounts:
+    """Kernels one decode step of `dep` launches, by part (servelab.model.kernels)."""
+    return count_kernels(dep.model, dep.layout, dep.kernels)
+
+
+def kernel_floor(dep: Deployment, batch: float, context_tokens: float) -> KernelFloor:
+    """The decode step of `batch` requests bounded by its kernels' latency, eager and as a
+    CUDA graph, with the GPU's per-kernel figures (a probe's where it measured them)."""
+    gpu = _costs(dep).gpu
+    return floor_of_step(
+        kernel_counts(dep),
+        decode_step(dep, batch, context_tokens),
+        eager_kernel_us=gpu.eager_kernel_us,
+        graph_kernel_us=gpu.graph_kernel_us,
+        source=gpu.kernel_latency_source,
+    )
 
 
 def prefill(
@@ -349,6 +375,16 @@ def _run(
         prefill_context=prefill_context,
     )
     return forward(dep, _costs(dep), work, micro), dep.step_overhead_us / US_PER_S
+
+
+def _kernel_style(value: KernelStyle | str | None, default: KernelStyle) -> KernelStyle:
+    if value is None:
+        return default
+    try:
+        return KernelStyle(str(value).strip().lower())
+    except ValueError:
+        choices = ", ".join(style.value for style in KernelStyle)
+        raise ConfigError(f"unknown kernel style {value!r}", hint=f"one of {choices}") from None
 
 
 def _kv_bytes_per_token(dep: Deployment) -> float:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from servelab.core.errors import ConfigError
 from servelab.model.configs import MlaSpec, ModelConfig, SparseAttentionSpec, load_config
 from servelab.model.formats import Format
+from servelab.model.kernels import KernelStyle
 
 __all__ = ["MODEL_PRESETS", "ModelPreset", "resolve_model"]
 
@@ -29,6 +30,9 @@ class ModelPreset(BaseModel):
     weights: Format = Field(description="The checkpoint's weight format, the default plan.")
     gpu: str | None = Field(default=None, description="GPU slug of the typical deployment.")
     gpus: int | None = Field(default=None, description="GPU count of the typical deployment.")
+    kernels: KernelStyle = Field(
+        default=KernelStyle.FUSED, description="Whose kernels it usually runs (kernel floor)."
+    )
     published_total_params: float | None = None
     published_active_params: float | None = None
     assumed: tuple[str, ...] = Field(default=(), description="Figures not from the source.")
@@ -200,6 +204,7 @@ MODEL_PRESETS: dict[str, ModelPreset] = {
             weights=Format.BF16,
             gpu="h200",
             gpus=1,
+            kernels=KernelStyle.UNFUSED,  # served by transformers serve
         ),
     )
 }

@@ -17,6 +17,8 @@ from servelab.model.params import ParamCounts
 __all__ = [
     "MODEL_SCHEMA",
     "Bound",
+    "KernelCounts",
+    "KernelFloor",
     "KvCapacity",
     "ModelComparison",
     "ModelReport",
@@ -96,6 +98,46 @@ class StepBreakdown(_Result):
     tokens_per_s: float = Field(description="Decode: batch / step_s; prefill: tokens / step_s.")
 
 
+class KernelCounts(_Result):
+    """Kernels one decode step launches along its critical path, by part (docs/MODEL.md)."""
+
+    style: str = Field(description="'unfused' (transformers, op by op) or 'fused' (SGLang, vLLM).")
+    attention: int = Field(description="Every layer's attention block with its input norm.")
+    dense_mlp: int = Field(description="Dense MLP layers, with their norm and residual add.")
+    moe: int = Field(
+        description="MoE layers: norm, router, dispatch, expert GEMMs, activation, combine."
+    )
+    shared_experts: int
+    embedding: int
+    other: int = Field(description="Positions, masks, RoPE tables, batch metadata.")
+    final_norm: int
+    lm_head: int
+    sampling: int
+    collectives: int = Field(
+        description="Tensor-parallel all-reduces and gather, all-to-alls, pipeline sends."
+    )
+    per_step: int = Field(description="The sum.")
+
+
+class KernelFloor(_Result):
+    """A decode step as its kernels bound it: no faster than their count times their latency."""
+
+    kernels: KernelCounts
+    eager_us_per_kernel: float = Field(description="One op dispatched from Python (no graphs).")
+    graph_us_per_kernel: float = Field(description="One kernel of a replayed CUDA graph.")
+    gpu_work_s: float = Field(description="The roofline's GPU busy time plus communication.")
+    overhead_s: float = Field(description="The per-step allowance, as in the roofline.")
+    graph_floor_s: float = Field(
+        description="max(gpu_work_s, kernels x graph_us_per_kernel) + overhead_s."
+    )
+    eager_floor_s: float = Field(
+        description="max(gpu_work_s, kernels x eager_us_per_kernel) + overhead_s."
+    )
+    graph_tokens_per_s: float = Field(description="batch / graph_floor_s.")
+    eager_tokens_per_s: float = Field(description="batch / eager_floor_s.")
+    source: str = Field(description="Where the per-kernel latencies come from.")
+
+
 class ThroughputPoint(_Result):
     """Closed-loop steady state at one concurrency: each request prefills, then decodes."""
 
@@ -130,6 +172,7 @@ class ModelReport(_Result):
     kv: KvCapacity
     single_stream_tokens_per_s: float = Field(description="1 / decode step at batch 1.")
     single_stream: StepBreakdown
+    kernel_floor: KernelFloor = Field(description="The single-stream step's kernel floor.")
     step: StepBreakdown = Field(description="The decode step at the asked batch and context.")
     prefill: StepBreakdown = Field(description="One request's prefill of input_len tokens.")
     throughput: list[ThroughputPoint]

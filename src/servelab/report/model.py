@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from servelab.core.units import BYTES_PER_GB, GIB, KIB, MS_PER_S
-from servelab.model.results import ModelComparison, ModelReport, StepBreakdown
+from servelab.model.results import KernelFloor, ModelComparison, ModelReport, StepBreakdown
 
 __all__ = ["render_model_comparison", "render_model_report"]
 
@@ -16,6 +16,7 @@ def render_model_report(report: ModelReport) -> RenderableType:
     """One deployment: summary, the step at the asked batch, throughput, calibration, notes."""
     parts: list[RenderableType] = [
         _summary(report),
+        _floors(report),
         _breakdown(report.step, title=_step_title(report.step)),
         _throughput(report),
     ]
@@ -45,6 +46,8 @@ def render_model_comparison(comparison: ModelComparison) -> RenderableType:
         ("max concurrency", [f"{r.kv.max_concurrency:,}" for r in reports]),
         ("single stream", [f"{r.single_stream_tokens_per_s:,.1f} tok/s" for r in reports]),
         ("  bound by", [r.single_stream.bound for r in reports]),
+        ("  kernel floor, graphs", [_ms(r.kernel_floor.graph_floor_s) for r in reports]),
+        ("  kernel floor, eager", [_ms(r.kernel_floor.eager_floor_s) for r in reports]),
         (f"step at batch {first.step.batch:g}", [_ms(r.step.step_s) for r in reports]),
         (f"prefill {first.input_len} tokens", [_ms(r.prefill.step_s) for r in reports]),
         ("best total tok/s", [_best(r) for r in reports]),
@@ -111,6 +114,46 @@ def _summary(report: ModelReport) -> Table:
         f"{fill.bound}-bound)",
     )
     return table
+
+
+def _floors(report: ModelReport) -> Table:
+    """The single stream's roofline beside its kernel floors, each with its source."""
+    single, floor = report.single_stream, report.kernel_floor
+    table = Table(
+        title=f"Single stream: roofline and kernel floor (context {single.context_tokens:,.0f})",
+        title_justify="left",
+    )
+    for name in ("", "ms per token", "tok/s", "from"):
+        table.add_column(name, justify="right" if name in ("ms per token", "tok/s") else "left")
+    table.add_row(
+        "roofline",
+        _ms(single.step_s),
+        f"{single.tokens_per_s:,.1f}",
+        f"{single.bound}-bound: bytes and FLOPs at the GPU's peaks, collectives, "
+        f"{report.step_overhead_us:g} us per step",
+    )
+    table.add_row(
+        "kernel floor, CUDA graphs",
+        _ms(floor.graph_floor_s),
+        f"{floor.graph_tokens_per_s:,.1f}",
+        _floor_source(floor, floor.graph_us_per_kernel, "replayed"),
+    )
+    table.add_row(
+        "kernel floor, eager",
+        _ms(floor.eager_floor_s),
+        f"{floor.eager_tokens_per_s:,.1f}",
+        _floor_source(floor, floor.eager_us_per_kernel, "dispatched one by one"),
+    )
+    table.caption = escape(f"per-kernel latencies: {floor.source}")
+    return table
+
+
+def _floor_source(floor: KernelFloor, us: float, how: str) -> str:
+    kernels = floor.kernels
+    return escape(
+        f"{kernels.per_step:,} {kernels.style} kernels x {us:.1f} us {how}, at least the "
+        f"GPU work {_ms(floor.gpu_work_s)}"
+    )
 
 
 def _step_title(step: StepBreakdown) -> str:

@@ -11,6 +11,14 @@ path or synchronises with the host every step spends time the GPU is idle. What 
 
 Under tensor parallelism the same per-step excess can be all-reduces slower than the
 model assumed; degraded links in the probe make `comm_latency` the likelier reading.
+
+The expected gain comes from the kernel floor (docs/DIAGNOSE.md derives it). Eager, a
+step costs at least its eager floor F_e (its kernels dispatched one by one); what the
+measured step T spends beyond it, T - F_e, is the engine's own (the scheduler, sampling
+set-up, host syncs, Python around each op). CUDA graphs turn the launches into a replay,
+the graph floor F_g, and are assumed to leave the rest: T_graphs = F_g + max(T - F_e, 0).
+That is the least graphs should give (a graph also skips the Python inside the forward);
+the most is removing the whole per-step excess beyond the floor.
 """
 
 from __future__ import annotations
@@ -81,7 +89,9 @@ def rule(facts: RunFacts) -> list[Finding]:
         if strong and (ratio is None or ratio >= CRITICAL_RATIO)
         else Severity.WARNING
     )
-    gain = _gain(low, ratio, split)
+    graphs_on = graphs is not None and graphs.value
+    ceiling = _ceiling_gain(low, split)
+    gain = _gain(low, ceiling, None if graphs_on else _graphs_gain(low))
     missing = [f"{key}: {why}" for key, why in facts.missing.items() if key in ("model", "gpu")]
     if links:
         missing.append(
@@ -95,12 +105,12 @@ def rule(facts: RunFacts) -> list[Finding]:
             severity=severity,
             confidence=round(tally.confidence * (BUSY_DISCOUNT if busy else 1.0), 3),
             evidence=tally.evidence,
-            explanation=_explanation(split, graphs is not None and graphs.value, bool(busy)),
-            actions=_actions(facts, graphs is not None and graphs.value),
+            explanation=_explanation(low, split, graphs_on, bool(busy)),
+            actions=_actions(facts, graphs_on),
             expected_gain=gain,
             missing=missing,
             levels=[low.level],
-            impact=max(0.0, 1 - 1 / gain.factor) if gain else 0.5,
+            impact=max(0.0, 1 - 1 / ceiling[0]) if ceiling else 0.5,
         )
     ]
 
@@ -135,13 +145,20 @@ def _gap_evidence(low: LevelFacts, ratio: float, split: Split | None) -> list[Ev
     return found
 
 
-def _explanation(split: Split | None, graphs_on: bool, busy: bool) -> str:
+def _explanation(low: LevelFacts, split: Split | None, graphs_on: bool, busy: bool) -> str:
     text = (
         "Each decode step costs the engine much more than the hardware's work for it. The "
         "usual reason is the host: the GPU waits while it launches kernels one by one, "
         "schedules the batch or synchronises. The cost is paid every step, so it sets the "
         "single-stream speed."
     )
+    if low.model is not None:
+        kernels = low.model.floor.kernels
+        text += (
+            f" Its {kernels.per_step:,} kernels per step ({kernels.style}) cannot take less "
+            f"than {low.model.graph_floor_tpot_ms:.3g} ms replayed as a CUDA graph, or "
+            f"{low.model.eager_floor_tpot_ms:.3g} ms launched one by one."
+        )
     if split is not None and split.per_step_ms is not None and split.per_request_ms is not None:
         text += (
             f" Of the excess, {split.per_step_ms:,.1f} ms per step is the same whatever the "
@@ -173,20 +190,65 @@ def _actions(facts: RunFacts, graphs_on: bool) -> list[Action]:
     return actions
 
 
-def _gain(low: LevelFacts, ratio: float | None, split: Split | None) -> ExpectedGain | None:
-    if low.tpot_ms is None or ratio is None:
+def _ceiling_gain(low: LevelFacts, split: Split | None) -> tuple[float, str] | None:
+    """The most there is to win per step: the per-step excess beyond the kernel floor gone
+    (the floor itself stays: it is the kernels' own latency, replayed)."""
+    if low.tpot_ms is None or low.model is None:
+        return None
+    kernel_part = max(low.model.graph_floor_tpot_ms - low.model.tpot_ms, 0.0)
+    if split is not None and split.per_step_ms is not None:
+        remaining = low.tpot_ms - max(split.per_step_ms - kernel_part, 0.0)
+        how = "removing the per-step excess beyond the kernel floor"
+    else:
+        remaining, how = low.model.graph_floor_tpot_ms, "a step as short as the kernel floor"
+    return max(low.tpot_ms / remaining, 1.0) if remaining > 0 else 1.0, how
+
+
+def _graphs_gain(low: LevelFacts) -> tuple[float, float, float] | None:
+    """CUDA graphs on, from the measured step: (factor, TPOT with graphs, the engine's own
+    time beyond the eager floor); None where the floor says launches cost nothing graphs
+    can save, or the run is already at the graph floor."""
+    model, measured = low.model, low.tpot_ms
+    if model is None or measured is None:
+        return None
+    if model.eager_floor_tpot_ms <= model.graph_floor_tpot_ms:
+        return None
+    own = max(measured - model.eager_floor_tpot_ms, 0.0)
+    with_graphs = model.graph_floor_tpot_ms + own
+    if with_graphs >= measured:
+        return None
+    return measured / with_graphs, with_graphs, own
+
+
+def _gain(
+    low: LevelFacts,
+    ceiling: tuple[float, str] | None,
+    graphs: tuple[float, float, float] | None,
+) -> ExpectedGain | None:
+    if low.tpot_ms is None or low.model is None or ceiling is None:
         return None
     metric = "single-stream tok/s" if low.load == 1 else f"decode speed at {low.label}"
-    if split is not None and split.per_step_ms is not None:
-        remaining = low.tpot_ms - split.per_step_ms
-        factor = low.tpot_ms / remaining if remaining > 0 else ratio
-        how = "removing the per-step excess"
-    else:
-        factor, how = ratio, "a step as short as the model's"
+    top, how = ceiling
+    if graphs is None:
+        return ExpectedGain(
+            factor=fmt(top),
+            metric=metric,
+            at=low.label,
+            source="model (kernel floor) and the sweep",
+            text=f"{how}: up to {top:.1f}x {metric}",
+        )
+    factor, with_graphs, own = graphs
+    top = max(top, factor)
     return ExpectedGain(
         factor=fmt(factor),
         metric=metric,
         at=low.label,
-        source="model and the sweep",
-        text=f"{how}: up to {factor:.1f}x {metric}",
+        source="model (kernel floors) and the sweep",
+        text=(
+            f"CUDA graphs on: about {factor:.1f}x {metric}, from {low.tpot_ms:.3g} ms to "
+            f"{with_graphs:.3g} ms: the kernel floor with graphs "
+            f"({low.model.graph_floor_tpot_ms:.3g} ms) plus the {own:.3g} ms the engine spends "
+            f"beyond its eager floor ({low.model.eager_floor_tpot_ms:.3g} ms); {how}: up to "
+            f"{top:.1f}x"
+        ),
     )

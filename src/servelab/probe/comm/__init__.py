@@ -1,7 +1,9 @@
 """`servelab probe --comm`: measured ceilings of this machine's GPUs and the links between them.
 
 `run_comm` runs what this machine allows and never raises: per GPU, DRAM copy bandwidth,
-bf16 and fp8 matmul rates and pinned host copies (device.py); per pair of GPUs, copies by
+bf16 and fp8 matmul rates and pinned host copies (device.py) and the kernel launch
+latency, eager and replayed as a CUDA graph (launch.py; on a machine without CUDA, the
+CPU's eager dispatch alone); per pair of GPUs, copies by
 message size both ways with a copy-and-verify check (p2p.py); across all GPUs, an
 nccl-tests-style all-reduce sweep with the transport NCCL chose (allreduce.py,
 nccl_log.py). Parts that cannot run here are listed in `skipped` with the reason, parts
@@ -30,6 +32,7 @@ from servelab.probe.comm.device import (
     measure_matmul,
     measure_memory_copy,
 )
+from servelab.probe.comm.launch import NO_GRAPHS_ON_CPU, measure_launch
 from servelab.probe.comm.p2p import P2P_SIZES_BYTES, QUICK_P2P_SIZES_BYTES, measure_p2p_pair
 from servelab.probe.comm.results import (
     AllReducePoint,
@@ -38,6 +41,7 @@ from servelab.probe.comm.results import (
     CommResults,
     CudaDevice,
     HostCopyResult,
+    LaunchResult,
     MatmulResult,
     MemoryCopyResult,
     NcclSetup,
@@ -51,6 +55,7 @@ __all__ = [
     "NEEDS_TWO_GPUS",
     "NO_CUDA",
     "NO_DEVICES",
+    "NO_GRAPHS_ON_CPU",
     "NO_TORCH",
     "PARTS",
     "AllReducePoint",
@@ -59,15 +64,17 @@ __all__ = [
     "CommResults",
     "CudaDevice",
     "HostCopyResult",
+    "LaunchResult",
     "MatmulResult",
     "MemoryCopyResult",
     "NcclSetup",
     "P2PResult",
     "cuda_uuid_map",
+    "measure_launch",
     "run_comm",
 ]
 
-PARTS = ("memory_copy", "matmul", "host_copy", "p2p", "allreduce")
+PARTS = ("memory_copy", "matmul", "host_copy", "launch", "p2p", "allreduce")
 NO_TORCH = "torch is not installed (pip install 'servelab[local]')"
 NO_CUDA = "no CUDA device visible to torch"
 NEEDS_TWO_GPUS = "needs 2 or more GPUs"
@@ -118,7 +125,8 @@ def run_comm(
     results.torch_version = str(torch.__version__)
     results.cuda_version = torch.version.cuda
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        results.skipped = dict.fromkeys(PARTS, NO_CUDA)
+        results.skipped = {part: NO_CUDA for part in PARTS if part != "launch"}
+        _cpu_launch(results, plan, say)
         results.duration_s = time.perf_counter() - started
         return results
 
@@ -202,8 +210,10 @@ def _single_device_parts(
     plan: _Plan,
     say: Callable[[str], None],
 ) -> None:
-    """Memory copy, matmul (bf16, fp8) and host copies on each GPU; errors per device."""
+    """Memory copy, matmul (bf16, fp8), host copies and kernel launches on each GPU; errors
+    per device."""
     results.memory_copy, results.matmul, results.host_copy = [], [], []
+    results.launch = []
     for device in devices:
         spec = specs[device.index]
         say(f"memory copy on {device}")
@@ -226,6 +236,19 @@ def _single_device_parts(
         say(f"host copies to and from {device}")
         with _recorded(results, f"host_copy:{device}"):
             results.host_copy.append(measure_host_copy(device, repeats=plan.repeats))
+        say(f"kernel launches on {device}, eager and replayed as a CUDA graph")
+        with _recorded(results, f"launch:{device}"):
+            results.launch.append(measure_launch(device, repeats=plan.repeats))
+
+
+def _cpu_launch(results: CommResults, plan: _Plan, say: Callable[[str], None]) -> None:
+    """Without CUDA, the one part that still means something: torch's eager dispatch here."""
+    import torch
+
+    say("kernel launch latency on the CPU (eager only: no CUDA graphs without CUDA)")
+    results.skipped["launch:graph"] = NO_GRAPHS_ON_CPU
+    with _recorded(results, "launch:cpu"):
+        results.launch = [measure_launch(torch.device("cpu"), repeats=plan.repeats)]
 
 
 def _p2p_part(

@@ -16,6 +16,7 @@ __all__ = [
     "CommResults",
     "CudaDevice",
     "HostCopyResult",
+    "LaunchResult",
     "MatmulResult",
     "MemoryCopyResult",
     "NcclSetup",
@@ -86,6 +87,41 @@ class HostCopyResult(_Model):
     h2d_gb_s: float = Field(description="size_bytes / h2d_time_us.")
     d2h_time_us: float = Field(description="Median time of one device-to-host copy.")
     d2h_gb_s: float = Field(description="size_bytes / d2h_time_us.")
+
+
+class LaunchResult(_Model):
+    """Kernel launch latency: a chain of tiny ops dispatched eagerly, and replayed as a graph.
+
+    Each op is an in-place add on `elements` float32 values, one kernel each: the cheapest
+    kernel there is, so both figures are lower bounds for a real decode step's kernels.
+    """
+
+    device: str
+    kernels: int = Field(description="Ops in the chain, one kernel each.")
+    elements: int = Field(description="float32 values each op adds to.")
+    eager_us_per_kernel: float = Field(
+        description=(
+            "Median over repeats of the chain's wall time from an idle device until it is "
+            "done, divided by `kernels`: each op dispatched from Python through torch to "
+            "the driver, the host's pace."
+        )
+    )
+    eager_min_us_per_kernel: float
+    eager_max_us_per_kernel: float
+    graph_us_per_kernel: float | None = Field(
+        default=None,
+        description=(
+            "Median over repeats of `graph_replays` back-to-back replays of the chain "
+            "captured once as a CUDA graph, timed with CUDA events, divided by the kernels "
+            "run; None on the CPU."
+        ),
+    )
+    graph_min_us_per_kernel: float | None = None
+    graph_max_us_per_kernel: float | None = None
+    graph_replays: int = Field(default=0, description="Replays per timed repeat (0: none).")
+    chain_verified: bool = Field(
+        description="The tensor held the number of adds run, eager and replayed: every op ran."
+    )
 
 
 class P2PResult(_Model):
@@ -182,6 +218,9 @@ class CommResults(_Model):
     memory_copy: list[MemoryCopyResult] | None = None
     matmul: list[MatmulResult] | None = None
     host_copy: list[HostCopyResult] | None = None
+    launch: list[LaunchResult] | None = Field(
+        default=None, description="Kernel launch latency per device (the CPU without CUDA)."
+    )
     p2p: list[P2PResult] | None = None
     allreduce: AllReduceResult | None = None
     skipped: dict[str, str] = Field(
