@@ -28,6 +28,7 @@ from servelab.cli.probe import probe
 from servelab.cli.report import report
 from servelab.cli.run import run
 from servelab.cli.sim import sim
+from servelab.cli.trace import trace
 from servelab.cli.tune import tune_app
 
 __all__ = ["app", "main"]
@@ -98,6 +99,7 @@ app.command("run")(run)
 app.command("report")(report)
 app.command("import")(import_run)
 app.command("sim")(sim)
+app.command("trace")(trace)
 app.add_typer(engine_app, name="engine")
 app.add_typer(tune_app, name="tune")
 
