@@ -12,7 +12,8 @@ teardown test ends itself. Every vLLM serves the embedded tiny model (the folder
 transformers serve runs on) with a 1 GiB KV cache and 1,024-token sequences:
 
 - `vllm_kv_limited`: 12 KV blocks (`--num-gpu-blocks-override 12`, 1,536 tokens) and
-  room for 64 running requests, so the cache, not the cap, stops admission.
+  room for 64 running requests, so the cache, not the cap, stops admission; launched with
+  its torch profiler on (`--profiler-config`), which stays idle until a test starts it.
 - `vllm_tune_study`: `servelab tune` from `max_running_requests: 2` over the cap, the
   capped sweep's load (2, 8 and 64 concurrent requests) in each trial.
 - `vllm_capped_sweep`: that study's trial at a cap of 8 (`--max-num-seqs 8`).
@@ -37,12 +38,13 @@ import pytest
 
 from servelab.bench.results import BenchSummary
 from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
-from servelab.bench.trial import for_engine
+from servelab.bench.trial import PROFILE_DIR, for_engine
 from servelab.bench.workload import WorkloadSpec
 from servelab.core.processes import group_alive
 from servelab.engines.base import EngineSpec, Knobs
 from servelab.engines.embedded import ensure_model
 from servelab.engines.launcher import RunningEngine
+from servelab.engines.profiler import VLLM_PROFILER
 from servelab.engines.watched import WatchedEngine, launch_watched
 from servelab.store import RunDir
 from servelab.tune.results import StudyResult, TrialRow
@@ -227,8 +229,10 @@ def vllm_kv_limited(
         knobs=Knobs(max_model_len=MAX_MODEL_LEN, max_running_requests=64),
         extra_args=["--dtype", "float32", "--num-gpu-blocks-override", str(KV_BLOCKS)],
     )
-    log = tmp_path_factory.mktemp("vllm-kv-limited") / "engine.log"
-    yield from _start(spec, log, "vllm_kv_limited")
+    folder = tmp_path_factory.mktemp("vllm-kv-limited")
+    # Its torch profiler is on (idle until /start_profile), for tests/vllm/test_torch_profile.py.
+    spec = VLLM_PROFILER.enable(spec, folder / PROFILE_DIR)
+    yield from _start(spec, folder / "engine.log", "vllm_kv_limited")
 
 
 CAPPED_LEVELS = (2, 8, 64)

@@ -21,10 +21,12 @@ from servelab.bench.endpoint import (
     Api,
     EndpointConfig,
 )
-from servelab.bench.events import BenchEvent, LevelFinished, Notice
+from servelab.bench.events import BenchEvent, LevelFinished, LevelStarted, Notice
 from servelab.bench.load import LevelSpec, LoadMode
 from servelab.bench.metrics import compute_level
 from servelab.bench.preflight import Preflight, run_preflight
+from servelab.bench.profile import ProfilePlan, ProfileWindow
+from servelab.bench.profile_summary import PROFILE_FILE, TRACE_SUMMARY_FILE, summarize_profile
 from servelab.bench.records import ErrorKind, RequestRecord
 from servelab.bench.results import BenchSummary, LevelSummary, RunInfo, RunStatus
 from servelab.bench.runner import run_level
@@ -88,6 +90,8 @@ class BenchConfig:
     """Where the engine's Prometheus /metrics is scraped (at its root); None: not scraped."""
     sweep: SweepPlan | None = None
     """Closed loop: choose the levels as they finish (bench.sweep), in place of `levels`."""
+    torch_profile: ProfilePlan | None = None
+    """Profile this level with the engine's torch profiler (bench.profile)."""
     stop_early: Callable[[Sequence[LevelSummary]], SweepStop | None] | None = None
     """Asked after every level: a SweepStop ends the sweep there (a tuning trial that is
     already far behind the best one)."""
@@ -285,6 +289,10 @@ class _Session:
                 _blame_the_engine(batch)
             self.run_dir.append_requests(r.to_json() for r in batch)
 
+        window = self._profile_window(spec)
+        on_event = self.on_event
+        if window is not None:
+            on_event = _starting(window, self.on_event)
         outcome = run_level(
             spec,
             endpoint=preflight.endpoint,
@@ -293,7 +301,7 @@ class _Session:
             workers=c.workers,
             seed=c.workload.seed,
             on_records=save_records,
-            on_event=self.on_event,
+            on_event=on_event,
             stop_when=self._engine_gone if self.engine_exit else None,
         )
         if self._engine_exit_code() is not None:
@@ -306,7 +314,26 @@ class _Session:
             interrupted=outcome.interrupted,
             notes=_level_notes(outcome.records),
         )
+        if window is not None:
+            summary = self._profiled(summary, window)
         return self._with_telemetry(summary, outcome.records)
+
+    def _profile_window(self, spec: LevelSpec) -> ProfileWindow | None:
+        plan = self.config.torch_profile
+        if plan is None or not math.isclose(spec.value, plan.level):
+            return None
+        return ProfileWindow(plan, lambda message: self.on_event(Notice(message)))
+
+    def _profiled(self, summary: LevelSummary, window: ProfileWindow) -> LevelSummary:
+        """profile.json and trace_summary.json beside the level; a note either way."""
+        outcome = window.finish(self.run_dir.path)
+        self.run_dir.write_json(PROFILE_FILE, outcome.model_dump(mode="json"))
+        note = f"torch profile: {outcome.status} ({outcome.detail})"
+        if outcome.status == "complete":
+            self.on_event(Notice("torch profile: summarising the traces"))
+            summaries = summarize_profile(self.run_dir.path, outcome)
+            self.run_dir.write_json(TRACE_SUMMARY_FILE, summaries)
+        return summary.model_copy(update={"notes": [*summary.notes, note]})
 
     def _with_telemetry(self, summary: LevelSummary, records: list[RequestRecord]) -> LevelSummary:
         """The level's telemetry over its measured span: first send to last completion."""
@@ -419,6 +446,19 @@ _DEATH_SYMPTOMS = frozenset(
     }
 )
 """What a request sees when its server process vanishes: refused, cut, or left hanging."""
+
+
+def _starting(
+    window: ProfileWindow, on_event: Callable[[BenchEvent], None]
+) -> Callable[[BenchEvent], None]:
+    """`on_event` that also starts the profile when the measured requests begin."""
+
+    def forward(event: BenchEvent) -> None:
+        if isinstance(event, LevelStarted) and not event.warmup:
+            window.begin()
+        on_event(event)
+
+    return forward
 
 
 def _blame_the_engine(records: list[RequestRecord]) -> None:

@@ -16,17 +16,19 @@ from typing import Any
 
 from servelab.bench.events import BenchEvent, Notice
 from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
-from servelab.core.errors import EngineDied
+from servelab.core.errors import ConfigError, EngineDied
 from servelab.core.processes import describe_exit
 from servelab.engines.base import EngineSpec
 from servelab.engines.enginelog import log_tail
 from servelab.engines.launcher import RunningEngine
+from servelab.engines.profiler import ProfilerSupport
 from servelab.engines.signatures import EngineExit, LogScan
 from servelab.engines.spec import spec_yaml
 from servelab.engines.watched import WatchedEngine, launch_watched
 from servelab.store import RunDir
 
 __all__ = [
+    "PROFILE_DIR",
     "bench_engine",
     "engine_info",
     "for_engine",
@@ -46,16 +48,27 @@ def bench_engine(
 ) -> BenchOutcome:
     """Launch `spec`, run `config`'s sweep against it, stop it; `config.url` is replaced."""
     name = config.name or spec.served_name or spec.engine
+    support = _profiler(spec) if config.torch_profile is not None else None
     run_dir = RunDir.create(name=name, out=config.out, root=config.runs_root)
     watched: WatchedEngine | None = None
     died: EngineExit | None = None
     try:
+        if support is not None and config.torch_profile is not None:
+            folder = run_dir.path / PROFILE_DIR
+            spec = support.enable(spec, folder)
+            config = replace(
+                config, torch_profile=replace(config.torch_profile, folder=folder, support=support)
+            )
         watched = launch_watched(
             spec,
             log_path=run_dir.engine_log_path,
             on_status=lambda message: on_event(Notice(message)),
         )
         bench = for_engine(replace(config, name=name), watched.engine, metrics=metrics)
+        if bench.torch_profile is not None:
+            bench = replace(
+                bench, torch_profile=replace(bench.torch_profile, url=watched.engine.url)
+            )
         return run_bench(
             bench,
             on_event=on_event,
@@ -75,6 +88,24 @@ def bench_engine(
             watched.engine.stop()
             save_engine_events(run_dir, watched, died)
         run_dir.close()
+
+
+PROFILE_DIR = "profile"
+"""Where a profiled level's trace files go, inside the run folder."""
+
+
+def _profiler(spec: EngineSpec) -> ProfilerSupport:
+    """The engine's torch profiler; a ConfigError for an engine without one."""
+    from servelab.engines.registry import get_adapter
+
+    support: ProfilerSupport | None = getattr(get_adapter(spec.engine), "profiler", None)
+    if support is None:
+        raise ConfigError(
+            f"{spec.engine} has no torch profiler servelab can start over HTTP "
+            "(transformers serve has no profiler endpoint)",
+            hint="--torch-profile works with vllm and sglang",
+        )
+    return support
 
 
 def note_death(watched: WatchedEngine, died: EngineDied) -> EngineExit:

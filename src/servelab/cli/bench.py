@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -12,9 +13,10 @@ from rich.markup import escape
 
 from servelab.bench.endpoint import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, Api
 from servelab.bench.load import LoadMode
+from servelab.bench.profile import ProfilePlan
 from servelab.bench.results import BenchSummary
 from servelab.bench.session import DEFAULT_WARMUP, BenchConfig, run_bench
-from servelab.bench.trial import bench_engine
+from servelab.bench.trial import PROFILE_DIR, bench_engine
 from servelab.bench.workload import (
     DEFAULT_FIXED_PROMPT,
     DEFAULT_INPUT_LEN,
@@ -130,6 +132,14 @@ def bench(
     ] = None,
     gpus: Gpus = None,
     metrics: ScrapeMetrics = True,
+    torch_profile: Annotated[
+        float | None,
+        typer.Option(
+            help="With --engine (vllm, sglang): launch it with its torch profiler on and profile"
+            " a few seconds of this level (a concurrency or rate of the sweep); the traces go"
+            " to RUN/profile/, their summary to trace_summary.json (see `servelab trace`)."
+        ),
+    ] = None,
     out: OutDir = None,
     name: Annotated[str | None, typer.Option(help="Run name. Default: from the URL.")] = None,
     runs_dir: RunsDir = DEFAULT_RUNS_DIR,
@@ -151,6 +161,12 @@ def bench(
         if num_requests is not None and duration is not None:
             raise ConfigError("give --num-requests or --duration, not both")
         mode, levels = _load(concurrency, request_rate)
+        if torch_profile is not None and spec is None:
+            raise ConfigError("--torch-profile needs --engine: the profiler is turned on at launch")
+        if torch_profile is not None and not any(
+            math.isclose(torch_profile, level) for level in levels
+        ):
+            raise ConfigError(f"--torch-profile {torch_profile:g} is not a level of this sweep")
         check_range("--burstiness", burstiness, low=0, low_inclusive=False)
         check_range("--num-requests", num_requests, low=1)
         check_range("--warmup", warmup, low=0)
@@ -200,6 +216,11 @@ def bench(
             command=["servelab", *sys.argv[1:]],
             gpus=resolve_gpus(gpus) if gpus else [],
             metrics_url=base_url if metrics else None,
+            torch_profile=(
+                ProfilePlan(level=torch_profile, folder=Path(PROFILE_DIR))
+                if torch_profile is not None
+                else None
+            ),
         )
         with SweepView(err) as view:
             if spec is None:

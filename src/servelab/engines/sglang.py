@@ -14,6 +14,7 @@ from servelab.core.errors import ConfigError
 from servelab.engines.base import PINNING_FIELDS, EngineSpec
 from servelab.engines.flagcheck import CliFlags
 from servelab.engines.knobs import FlagRule, map_knobs, map_layout, switch, value
+from servelab.engines.profiler import SGLANG_PROFILER
 
 __all__ = ["KNOB_FLAGS", "LAYOUT_FLAGS", "SGLangAdapter"]
 
@@ -48,6 +49,7 @@ class SGLangAdapter:
     health_path = "/health"
     models_path = "/v1/models"
     metrics_path = "/metrics"
+    profiler = SGLANG_PROFILER
     # protocol.py's CompletionRequest and ChatCompletionRequest take both.
     pinning_fields: frozenset[str] | None = PINNING_FIELDS
     has_tokenize: bool | None = True

@@ -33,6 +33,7 @@ from servelab.engines.base import PINNING_FIELDS, EngineSpec
 from servelab.engines.embedded import SERVER_ENV, ensure_model, get_preset, model_dir
 from servelab.engines.flagcheck import CliFlags
 from servelab.engines.knobs import FlagRule, map_knobs, map_layout, switch, value
+from servelab.engines.profiler import VLLM_PROFILER
 
 __all__ = [
     "API_SERVER_MODULE",
@@ -107,6 +108,7 @@ class VLLMAdapter:
     health_path = "/health"
     models_path = "/v1/models"
     metrics_path = "/metrics"
+    profiler = VLLM_PROFILER
     # chat_completion/protocol.py and completion/protocol.py take both.
     pinning_fields: frozenset[str] | None = PINNING_FIELDS
     has_tokenize: bool | None = True
