@@ -61,6 +61,7 @@ def collect_facts(files: RunFiles, options: DiagnoseOptions) -> RunFacts:
         missing=missing,
         notes=notes,
         model_detail=choice.detail if model is not None else missing["model"],
+        traces=files.traces,
     )
 
 

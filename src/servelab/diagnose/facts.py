@@ -20,6 +20,7 @@ from servelab.diagnose.modelview import ModelView
 from servelab.engines.signatures import EventKind, LogEvent
 from servelab.model import KernelFloor, StepBreakdown
 from servelab.telemetry.summary import EngineLevel, GpuStats
+from servelab.trace import TraceSummary
 
 __all__ = ["MODEL_FASTER_TOLERANCE", "LevelFacts", "ModelPoint", "RunFacts", "level_facts"]
 
@@ -104,6 +105,8 @@ class RunFacts:
     missing: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     model_detail: str = ""
+    traces: list[TraceSummary] = field(default_factory=list)
+    """Trace summaries of a profiled level (servelab bench --torch-profile)."""
 
     @property
     def closed(self) -> list[LevelFacts]:

@@ -32,6 +32,7 @@ from servelab.diagnose.findings import (
 from servelab.diagnose.modelview import ModelView
 from servelab.diagnose.rules.launch_overhead import OVERHEAD_RATIO
 from servelab.diagnose.signals import degraded_links, fmt
+from servelab.diagnose.trace_evidence import comm_evidence
 from servelab.engines.signatures import EventKind
 
 __all__ = ["COMM_SHARE", "COMM_WARNING_SHARE", "SPIN_POWER_PCT", "SPIN_UTIL_PCT", "rule"]
@@ -48,7 +49,14 @@ SPIN_POWER_PCT = 60.0
 """NVML utilization above 80% at under 60% power: a kernel is resident (a collective
 polling its peers) without doing the work that draws power (the story's 100% at 55%)."""
 
-_WEIGHTS = {"model": 0.4, "probe": 0.5, "measured": 0.3, "telemetry": 0.3, "log": 0.4}
+_WEIGHTS = {
+    "model": 0.4,
+    "probe": 0.5,
+    "measured": 0.3,
+    "telemetry": 0.3,
+    "log": 0.4,
+    "trace": 0.4,
+}
 
 
 def rule(facts: RunFacts) -> list[Finding]:
@@ -84,7 +92,8 @@ def rule(facts: RunFacts) -> list[Finding]:
             for event in facts.events_of(EventKind.NCCL_WARNING)
         ],
     )
-    if "model" not in tally.sources and "probe" not in tally.sources:
+    tally.add("trace", _WEIGHTS["trace"], comm_evidence(facts.traces))
+    if not tally.count("model", "probe", "trace"):
         return []
     measured_share = _measured_share(low, share)
     if measured_share is not None:

@@ -36,6 +36,7 @@ from servelab.diagnose.findings import (
 )
 from servelab.diagnose.gap import Split, split_excess
 from servelab.diagnose.signals import degraded_links, fmt, gpu_busy, gpu_idle
+from servelab.diagnose.trace_evidence import launch_evidence
 
 __all__ = ["BUSY_DISCOUNT", "CRITICAL_RATIO", "OVERHEAD_RATIO", "rule"]
 
@@ -48,7 +49,7 @@ CRITICAL_RATIO = 3.0
 BUSY_DISCOUNT = 0.5
 """A GPU that telemetry shows busy makes host overhead half as likely an explanation."""
 
-_WEIGHTS = {"model": 0.5, "telemetry": 0.5, "config": 0.6}
+_WEIGHTS = {"model": 0.5, "telemetry": 0.5, "config": 0.6, "trace": 0.6}
 _COMM_SHARED_WEIGHT = 0.35
 """The model's gap counts less when the excess may be communication (TP with bad links)."""
 
@@ -81,8 +82,13 @@ def rule(facts: RunFacts) -> list[Finding]:
             tally.note(seen)
         else:
             tally.add("config", _WEIGHTS["config"], [seen])
-    if "model" not in tally.sources and "telemetry" not in tally.sources:
+    traced, traced_busy = launch_evidence(facts.traces)
+    tally.add("trace", _WEIGHTS["trace"], traced)
+    for evidence in traced_busy:
+        tally.note(evidence)
+    if not tally.count("model", "telemetry", "trace"):
         return []
+    busy = busy or traced_busy
     strong = len(tally.sources) >= 2 and not busy
     severity = (
         Severity.CRITICAL

@@ -27,6 +27,7 @@ from servelab.diagnose.findings import (
 )
 from servelab.diagnose.rules.launch_overhead import OVERHEAD_RATIO
 from servelab.diagnose.signals import fmt
+from servelab.diagnose.trace_evidence import kernel_evidence
 from servelab.model import Format, KvDtype, weight_plan
 
 __all__ = ["DRAM_BUSY_PCT", "DRAM_IDLE_PCT", "rule"]
@@ -56,6 +57,8 @@ def rule(facts: RunFacts) -> list[Finding]:
     tally = Tally()
     tally.add("model", _WEIGHTS["model"], [e for lv in near for e in _near_evidence(lv)])
     tally.add("telemetry", _WEIGHTS["telemetry"], [_dram_evidence(lv) for lv in busy])
+    for evidence in kernel_evidence(facts.traces):
+        tally.note(evidence)  # which kernel reads the bytes: shown, not counted
     idle = [lv for lv in near if _dram_below(lv, DRAM_IDLE_PCT)]
     for lv in idle:
         against = _dram_evidence(lv)
