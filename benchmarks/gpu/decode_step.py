@@ -207,6 +207,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json-out", help="write the results here as JSON")
+    parser.add_argument(
+        "--trace-dir",
+        help="also profile --trace-steps eager steps and graph replays with torch.profiler;"
+        " the Chrome traces (gz) go here, named by batch and mode, for `servelab trace`",
+    )
+    parser.add_argument("--trace-steps", type=int, default=10)
     args = parser.parse_args(argv)
     if args.context < 1 or args.iters < 1 or args.warmup < 0 or args.prefill_chunk_tokens < 1:
         parser.error("--context, --iters and --prefill-chunk-tokens must be positive")
@@ -314,6 +320,7 @@ def _measure_one(
         row.floor_copy_bw_ms = (touched + kv_bytes) / (copy_bw * 1e9) * 1e3
 
     times = _time_steps(step, rewind, device, args.warmup, args.iters)
+    _trace(step, rewind, device, args, f"b{batch}-{row.experts}-eager")
     row.eager_ms, row.eager_ms_p90 = _median_p90(times)
     row.eager_tok_s = batch / row.eager_ms * 1e3
     row.eager_over_floor = row.eager_ms / row.floor_ms
@@ -353,6 +360,7 @@ def _measure_one(
     rewind()
     row.graph_max_abs_diff = float((replay().float() - expected).abs().max())
     times = _time_steps(replay, rewind, device, args.warmup, args.iters)
+    _trace(replay, rewind, device, args, f"b{batch}-{row.experts}-graph")
     row.graph_ms, row.graph_ms_p90 = _median_p90(times)
     row.graph_tok_s = batch / row.graph_ms * 1e3
     row.graph_over_floor = row.graph_ms / row.floor_ms
@@ -382,6 +390,41 @@ def _prefill(
     length = _cache_length(cache)
     if length != args.context:
         raise RuntimeError(f"the cache holds {length} tokens after prefill, not {args.context}")
+
+
+def _trace(
+    step: Callable[[], torch.Tensor],
+    rewind: Callable[[], None],
+    device: torch.device,
+    args: argparse.Namespace,
+    name: str,
+) -> None:
+    """`args.trace_steps` steps under torch.profiler (CPU and CUDA), as DIR/NAME.pt.trace
+    .json.gz: the same kernels eager and replayed, for their busy share and time."""
+    if not args.trace_dir or args.trace_steps < 1:
+        return
+    import gzip
+    import shutil
+
+    from torch.profiler import ProfilerActivity, profile
+
+    folder = Path(args.trace_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        for _ in range(args.trace_steps):
+            rewind()
+            step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    plain = folder / f"{name}.pt.trace.json"
+    prof.export_chrome_trace(str(plain))
+    with plain.open("rb") as source, gzip.open(f"{plain}.gz", "wb") as target:
+        shutil.copyfileobj(source, target)
+    plain.unlink()
+    _log(f"{name}: {args.trace_steps} steps traced")
 
 
 def _capture(

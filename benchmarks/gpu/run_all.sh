@@ -21,6 +21,9 @@
 #   report    h200-ref under `servelab run`'s adaptive sweep (from 1, doubling until two
 #             levels past the knee) with GPU telemetry, targets, diagnose and the report
 #             (report.html, report.md, plots/) written into the run directory
+#   trace     benchmarks/gpu/decode_step.py at batch 1 under torch.profiler, 10 eager steps
+#             and 10 CUDA-graph replays, summarised by `servelab trace --steps 10`
+#             (trace-summary.json; the traces themselves stay out of the repository)
 #   tune      `servelab tune run benchmarks/gpu/tune-h200.yaml`: h200-ref from transformers
 #             serve's defaults, Pareto on single-stream and total tok/s at 64, in the study
 #             folder $STUDY (default benchmarks/gpu/results/h200-tune/study, in the working
@@ -87,6 +90,16 @@ fi
 if [[ " $PARTS " == *" decode "* ]]; then
     timed decode python3 benchmarks/gpu/decode_step.py --preset h200-ref \
         --json-out "$LOGS/decode-step.json"
+fi
+
+if [[ " $PARTS " == *" trace "* ]]; then
+    timed trace-decode python3 benchmarks/gpu/decode_step.py --preset h200-ref --batch 1 \
+        --experts grouped_mm --trace-dir "$LOGS/traces" --trace-steps 10 \
+        --json-out "$LOGS/trace-decode-step.json"
+    timed trace-summary python3 -m servelab trace "$LOGS/traces" --steps 10 --json
+    cp "$LOGS/trace-summary.out" "$LOGS/trace-summary.json"
+    COLUMNS=160 python3 -m servelab trace "$LOGS/traces" --steps 10 > "$LOGS/trace-summary.txt" 2>&1
+    rm -rf "$LOGS/traces"
 fi
 
 if [[ " $PARTS " == *" embedded "* ]]; then

@@ -137,3 +137,68 @@ def test_no_files_in_time_is_said(tmp_path, profiler):
     window.begin()
     outcome = window.finish(tmp_path)
     assert (outcome.status, outcome.detail) == ("no files", "no trace file in 1.5 s")
+
+
+def test_the_engines_profilers_are_turned_on_as_their_sources_say(tmp_path):
+    from servelab.engines.base import EngineSpec
+    from servelab.engines.profiler import SGLANG_PROFILER
+
+    vllm = VLLM_PROFILER.enable(EngineSpec(engine="vllm", model="/m"), tmp_path / "p")
+    config = json.loads(vllm.extra_args[vllm.extra_args.index("--profiler-config") + 1])
+    assert config == {
+        "profiler": "torch",
+        "torch_profiler_dir": str((tmp_path / "p").resolve()),
+        "torch_profiler_with_stack": False,
+        "torch_profiler_record_shapes": False,
+        "torch_profiler_use_gzip": True,
+    }
+    sglang = SGLANG_PROFILER.enable(EngineSpec(engine="sglang", model="/m"), tmp_path / "p")
+    assert sglang.env["SGLANG_TORCH_PROFILER_DIR"] == str((tmp_path / "p").resolve())
+    assert SGLANG_PROFILER.start_body(tmp_path / "p", 30) == {
+        "output_dir": str((tmp_path / "p").resolve()),
+        "num_steps": 30,
+        "activities": ["CPU", "GPU"],
+        "with_stack": False,
+        "record_shapes": False,
+    }
+
+
+def test_asking_a_profile_of_an_engine_without_one_is_one_line(tmp_path):
+    import subprocess
+
+    import yaml
+
+    from tests.conftest import SERVELAB
+
+    spec = tmp_path / "sim.yaml"
+    spec.write_text(yaml.safe_dump({"engine": "sim"}))
+    cases = [
+        (
+            ["bench", "--url", "http://127.0.0.1:9", "--torch-profile", "1"],
+            "error: --torch-profile needs --engine: the profiler is turned on at launch",
+        ),
+        (
+            ["bench", "--engine", str(spec), "--concurrency", "1,2", "--torch-profile", "4"],
+            "error: --torch-profile 4 is not a level of this sweep",
+        ),
+        (
+            ["bench", "--engine", str(spec), "--torch-profile", "1"],
+            "error: sim has no torch profiler servelab can start over HTTP (transformers serve "
+            "has no profiler endpoint) (--torch-profile works with vllm and sglang)",
+        ),
+        (
+            ["run", "--torch-profile", "4", "--out", str(tmp_path / "run")],
+            "error: embedded has no torch profiler servelab can start over HTTP (transformers "
+            "serve has no profiler endpoint) (--torch-profile works with vllm and sglang)",
+        ),
+    ]
+    for args, line in cases:
+        done = subprocess.run(
+            [*SERVELAB, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+        assert (done.returncode, done.stderr.strip().splitlines()) == (2, [line]), args
+    assert not (tmp_path / "run").exists()

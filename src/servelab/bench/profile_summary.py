@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servelab.bench.profile import ProfileOutcome
 
-__all__ = ["PROFILE_FILE", "TRACE_SUMMARY_FILE", "summarize_profile"]
+if TYPE_CHECKING:
+    from servelab.trace import TraceSummary
+
+__all__ = ["PROFILE_FILE", "TRACE_SUMMARY_FILE", "load_trace_summaries", "summarize_profile"]
 
 PROFILE_FILE = "profile.json"
 """bench.profile.ProfileOutcome: what the profiler did and the files it left."""
@@ -30,3 +33,33 @@ def summarize_profile(run_folder: Path, outcome: ProfileOutcome) -> list[dict[st
             continue
         summaries.append(summary.model_dump(mode="json", by_alias=True))
     return summaries
+
+
+def load_trace_summaries(run_folder: Path) -> list[TraceSummary]:
+    """The run's readable trace summaries (none when it was not profiled); an entry that
+    records a file's error is left out, a file servelab cannot read is a ConfigError."""
+    import orjson
+    from pydantic import ValidationError
+
+    from servelab.core.errors import ConfigError
+    from servelab.trace import TraceSummary
+
+    path = run_folder / TRACE_SUMMARY_FILE
+    if not path.is_file():
+        return []
+    try:
+        document = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    if not isinstance(document, list):
+        raise ConfigError(f"{path} is not a list of trace summaries")
+    try:
+        return [
+            TraceSummary.model_validate(entry)
+            for entry in document
+            if isinstance(entry, dict) and "error" not in entry
+        ]
+    except ValidationError as exc:
+        raise ConfigError(
+            f"{path} holds a summary servelab cannot read: {exc.errors()[0]['msg']}"
+        ) from None

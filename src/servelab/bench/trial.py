@@ -31,6 +31,7 @@ __all__ = [
     "PROFILE_DIR",
     "bench_engine",
     "engine_info",
+    "engine_profiler",
     "for_engine",
     "note_death",
     "save_engine_events",
@@ -48,7 +49,7 @@ def bench_engine(
 ) -> BenchOutcome:
     """Launch `spec`, run `config`'s sweep against it, stop it; `config.url` is replaced."""
     name = config.name or spec.served_name or spec.engine
-    support = _profiler(spec) if config.torch_profile is not None else None
+    support = engine_profiler(spec) if config.torch_profile is not None else None
     run_dir = RunDir.create(name=name, out=config.out, root=config.runs_root)
     watched: WatchedEngine | None = None
     died: EngineExit | None = None
@@ -94,7 +95,7 @@ PROFILE_DIR = "profile"
 """Where a profiled level's trace files go, inside the run folder."""
 
 
-def _profiler(spec: EngineSpec) -> ProfilerSupport:
+def engine_profiler(spec: EngineSpec) -> ProfilerSupport:
     """The engine's torch profiler; a ConfigError for an engine without one."""
     from servelab.engines.registry import get_adapter
 

@@ -81,6 +81,14 @@ def run(
     duration: Duration = None,
     gpus: Gpus = None,
     metrics: ScrapeMetrics = True,
+    torch_profile: Annotated[
+        int | None,
+        typer.Option(
+            help="With --engine (vllm, sglang): launch it with its torch profiler on and profile"
+            " a few seconds of the level at this concurrency (a power of 2 in the auto sweep);"
+            " diagnose and the report read the summary."
+        ),
+    ] = None,
     out: OutDir = None,
     runs_dir: RunsDir = DEFAULT_RUNS_DIR,
     target: Targets = None,
@@ -111,6 +119,7 @@ def run(
         check_range("--max-concurrency", max_concurrency, low=1)
         if max_concurrency is not None and concurrency.strip().lower() != "auto":
             raise ConfigError("--max-concurrency caps the auto sweep; it does not go with levels")
+        check_range("--torch-profile", torch_profile, low=1)
         check_range("--input-len", input_len, low=1)
         check_range("--output-len", output_len, low=1)
         check_range("--num-requests", num_requests, low=1)
@@ -133,6 +142,7 @@ def run(
             command=["servelab", *sys.argv[1:]],
             gpus=resolve_gpus(gpus) if gpus else [],
             metrics=metrics,
+            torch_profile=float(torch_profile) if torch_profile is not None else None,
             targets=[parse_target(t) for t in target or []],
             title=title,
         )

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from servelab.bench.profile_summary import TRACE_SUMMARY_FILE
+from servelab.bench.profile_summary import load_trace_summaries
 from servelab.bench.results import BenchSummary
 from servelab.core.errors import ConfigError
 from servelab.engines.registry import get_adapter
@@ -94,25 +94,8 @@ def load_run(path: Path, *, engine: str | None = None, probe: Path | None = None
         probe=doc,
         probe_source=probe_source,
         metric_rows=rows,
-        traces=_traces(path / TRACE_SUMMARY_FILE),
+        traces=load_trace_summaries(path),
     )
-
-
-def _traces(path: Path) -> list[TraceSummary]:
-    """Each readable summary; an entry that records a file's error is left out."""
-    if not path.is_file():
-        return []
-    document = _read_json(path, "trace summaries")
-    if not isinstance(document, list):
-        raise ConfigError(f"{path} is not a list of trace summaries")
-    found: list[TraceSummary] = []
-    for entry in document:
-        if isinstance(entry, dict) and "error" not in entry:
-            try:
-                found.append(TraceSummary.model_validate(entry))
-            except ValidationError as exc:
-                raise ConfigError(f"{path} holds a summary servelab cannot read: {exc}") from None
-    return found
 
 
 def _read_json(path: Path, what: str) -> Any:

@@ -8,15 +8,23 @@ the real `transformers serve` on the CPU), so the whole loop runs on any machine
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from servelab.bench.events import BenchEvent, Notice
 from servelab.bench.load import LoadMode
+from servelab.bench.profile import ProfilePlan
 from servelab.bench.results import BenchSummary
 from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.sweep import DEFAULT_MAX_CONCURRENCY, SweepPlan
-from servelab.bench.trial import engine_info, for_engine, note_death, save_engine_events
+from servelab.bench.trial import (
+    PROFILE_DIR,
+    engine_info,
+    engine_profiler,
+    for_engine,
+    note_death,
+    save_engine_events,
+)
 from servelab.bench.workload import WorkloadSpec
 from servelab.core.errors import ConfigError, EngineDied, Interrupted, ServelabError
 from servelab.core.net import ensure_listening
@@ -74,6 +82,8 @@ class RunConfig:
     """NVML indices of the engine's GPUs to sample while the sweep runs."""
     metrics: bool = True
     """Scrape the engine's /metrics (n/a where it has none)."""
+    torch_profile: float | None = None
+    """Profile this concurrency's level with the launched engine's torch profiler."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +106,14 @@ def run_pipeline(
         raise ConfigError("give a URL to attach to or an engine spec to launch, not both")
     spec = config.engine or EngineSpec(engine="embedded", model=config.preset)
     name = config.name or _run_name(config, spec)
+    if config.torch_profile is not None and config.url is not None:
+        raise ConfigError("--torch-profile needs an engine servelab launches, not --url")
+    support = engine_profiler(spec) if config.torch_profile is not None else None
     if config.url is not None:
         ensure_listening(config.url)
     run_dir = RunDir.create(name=name, out=config.out, root=config.runs_root)
+    if support is not None:
+        spec = support.enable(spec, run_dir.path / PROFILE_DIR)
     watched: WatchedEngine | None = None
     try:
         on_event(Notice("probing the machine"))
@@ -112,6 +127,14 @@ def run_pipeline(
             )
         engine = watched.engine if watched else None
         bench = _bench_config(config, name, engine, _sweep_plan(config, spec, probe))
+        if support is not None and engine is not None and config.torch_profile is not None:
+            plan = ProfilePlan(
+                level=config.torch_profile,
+                folder=run_dir.path / PROFILE_DIR,
+                support=support,
+                url=engine.url,
+            )
+            bench = replace(bench, torch_profile=plan)
         try:
             info = engine_info(engine) if engine else None
             outcome = run_bench(

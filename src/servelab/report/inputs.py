@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from servelab.bench.profile_summary import load_trace_summaries
 from servelab.bench.results import BenchSummary
 from servelab.core.errors import ConfigError
 from servelab.diagnose import Diagnosis
@@ -31,6 +32,7 @@ from servelab.store import (
     TELEMETRY_FILE,
     RunDir,
 )
+from servelab.trace import TraceSummary
 
 __all__ = ["ReportRun", "load_report_run"]
 
@@ -49,6 +51,8 @@ class ReportRun:
     records: list[dict[str, Any]] = field(default_factory=list)
     telemetry_rows: list[dict[str, Any]] = field(default_factory=list)
     metrics_rows: list[dict[str, Any]] = field(default_factory=list)
+    traces: list[TraceSummary] = field(default_factory=list)
+    """The profiled level's trace summaries (trace_summary.json)."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -93,8 +97,17 @@ def load_report_run(path: Path) -> ReportRun:
         records=_rows(run, REQUESTS_FILE, _is_record, notes),
         telemetry_rows=_rows(run, TELEMETRY_FILE, _is_sample, notes),
         metrics_rows=_rows(run, METRICS_FILE, _is_sample, notes),
+        traces=_traces(path, notes),
         notes=notes,
     )
+
+
+def _traces(path: Path, notes: list[str]) -> list[TraceSummary]:
+    try:
+        return load_trace_summaries(path)
+    except ConfigError as exc:
+        notes.append(f"trace summaries not shown: {exc}")
+        return []
 
 
 def _rows(

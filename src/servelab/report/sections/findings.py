@@ -9,6 +9,7 @@ from servelab.report.diagnosis import evidence_text
 from servelab.report.document import Block, Bullets, Paragraph, Section, Table, Tone
 from servelab.report.inputs import ReportRun
 from servelab.report.sections._common import sentence, tone_of
+from servelab.report.sections.profile import profile_section
 from servelab.store import ENGINE_LOG_FILE
 
 __all__ = ["findings_section"]
@@ -22,12 +23,11 @@ def findings_section(run: ReportRun) -> Section:
         ]
     else:
         blocks = _diagnosis(diagnosis)
-    return Section(
-        "findings",
-        "Findings",
-        blocks,
-        subsections=[Section("warnings", "Server warnings", _warnings(run.events, run))],
-    )
+    subsections = [Section("warnings", "Server warnings", _warnings(run.events, run))]
+    profile = profile_section(run.traces)
+    if profile is not None:
+        subsections.insert(0, profile)
+    return Section("findings", "Findings", blocks, subsections=subsections)
 
 
 def _diagnosis(diagnosis: Diagnosis) -> list[Block]:
