@@ -39,3 +39,29 @@ def test_the_result_is_part_of_the_probe_document():
     assert CommResults.model_validate_json(comm.model_dump_json()) == comm
     assert "launch" in ProbeReport.model_json_schema()["$defs"]["CommResults"]["properties"]
     assert set(LaunchResult.model_fields) >= {"eager_us_per_kernel", "graph_us_per_kernel"}
+
+
+def test_the_probe_tables_show_both_launch_latencies():
+    from servelab.probe.comm.results import CommResults, LaunchResult
+    from servelab.report.probe_rows import comm_tables
+
+    launch = LaunchResult(
+        device="cuda:0",
+        kernels=2000,
+        elements=1,
+        eager_us_per_kernel=7.04,
+        eager_min_us_per_kernel=6.9,
+        eager_max_us_per_kernel=7.3,
+        graph_us_per_kernel=1.01,
+        graph_replays=20,
+        chain_verified=True,
+    )
+    cpu = launch.model_copy(
+        update={"device": "cpu", "graph_us_per_kernel": None, "graph_replays": 0}
+    )
+    (table,) = comm_tables(CommResults(launch=[launch, cpu]))
+    assert table.title == "Kernel launch, per kernel"
+    assert table.rows == [
+        ["cuda:0", "2,000 tiny ops in a chain", "7.04 µs", "1.01 µs"],
+        ["cpu", "2,000 tiny ops in a chain", "7.04 µs", ""],
+    ]

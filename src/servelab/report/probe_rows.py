@@ -165,11 +165,33 @@ def comm_tables(comm: CommResults) -> list[RowTable]:
                 right=frozenset({0, 2, 3, 4}),
             )
         )
+    if comm.launch:
+        tables.append(_launch_table(comm))
     if comm.p2p:
         tables.append(_p2p_table(comm))
     if comm.allreduce is not None:
         tables.append(_allreduce_table(comm))
     return tables
+
+
+def _launch_table(comm: CommResults) -> RowTable:
+    """Per-kernel launch latency: the model's kernel floor is kernels x these."""
+    rows = [
+        [
+            launch.device,
+            f"{launch.kernels:,} tiny ops in a chain"
+            + ("" if launch.chain_verified else " (not every op ran)"),
+            f"{launch.eager_us_per_kernel:,.2f} µs",
+            "" if launch.graph_us_per_kernel is None else f"{launch.graph_us_per_kernel:,.2f} µs",
+        ]
+        for launch in comm.launch or []
+    ]
+    return RowTable(
+        title="Kernel launch, per kernel",
+        header=["device", "what", "eager dispatch", "CUDA-graph replay"],
+        rows=rows,
+        right=frozenset({0, 2, 3}),
+    )
 
 
 def _p2p_table(comm: CommResults) -> RowTable:
