@@ -151,6 +151,8 @@ def test_the_engines_profilers_are_turned_on_as_their_sources_say(tmp_path):
         "torch_profiler_with_stack": False,
         "torch_profiler_record_shapes": False,
         "torch_profiler_use_gzip": True,
+        "max_iterations": 30,
+        "ignore_frontend": True,
     }
     sglang = SGLANG_PROFILER.enable(EngineSpec(engine="sglang", model="/m"), tmp_path / "p")
     assert sglang.env["SGLANG_TORCH_PROFILER_DIR"] == str((tmp_path / "p").resolve())

