@@ -92,6 +92,9 @@ class RunningEngine:
             self._gpus.observe(self.pgid)
         _stop_group(self.process, grace_s)
         if self._pump is not None:
+            # The group is gone: let the reader copy its last lines before servelab's note
+            # of the exit, so the log ends with it (bounded: a stray holder of the pipe).
+            self._pump.join(timeout=DRAIN_TIMEOUT_S)
             self._pump.note(f"engine exited with code {self.process.returncode}")
             self._pump.close()
             self._pump = None
@@ -101,6 +104,9 @@ class RunningEngine:
             )
             self._gpus.close()
             self._gpus = None
+
+
+DRAIN_TIMEOUT_S = 2.0
 
 
 def launch_engine(
