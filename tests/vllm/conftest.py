@@ -238,7 +238,7 @@ def vllm_kv_limited(
 CAPPED_LEVELS = (2, 8, 64)
 """Below, at and far above the cap. The knee rule compares per doubling, so 8 → 64 must
 add under 33% in all: it does when 8 running requests keep the engine busy."""
-SWEEP_SECONDS = 20.0
+SWEEP_SECONDS = 10.0
 SWEEP_WORKLOAD = WorkloadSpec(input_len=512, output_len=128, range_ratio=0.5)
 """Long prompts, uneven lengths, and (in the sweeps) no streaming. On two cores vLLM's API
 server shares a core with its EngineCore, and streaming each token as its own event
