@@ -57,21 +57,16 @@ def launch_evidence(traces: Sequence[TraceSummary]) -> tuple[list[Evidence], lis
 
 def comm_evidence(traces: Sequence[TraceSummary]) -> list[Evidence]:
     """A collective as the top device event of a GPU trace."""
-    return [
-        Evidence(
-            what=f"top device event {op.name[:80]!r}",
-            value=fmt(100 * op.window_share),
-            unit="% of the window",
-            source=_source(trace),
-        )
-        for trace in _device(traces)
-        for op in trace.top_ops[:1]
-        if _COLLECTIVE.search(op.name) and op.window_share >= DOMINANT_SHARE
-    ]
+    return _top_event(traces, _COLLECTIVE)
 
 
 def kernel_evidence(traces: Sequence[TraceSummary]) -> list[Evidence]:
     """An MoE or matrix kernel as the top device event: where the bytes are read."""
+    return _top_event(traces, _MATRIX)
+
+
+def _top_event(traces: Sequence[TraceSummary], pattern: re.Pattern[str]) -> list[Evidence]:
+    """The top device event of each GPU trace, where its name matches and it dominates."""
     return [
         Evidence(
             what=f"top device event {op.name[:80]!r}",
@@ -81,7 +76,7 @@ def kernel_evidence(traces: Sequence[TraceSummary]) -> list[Evidence]:
         )
         for trace in _device(traces)
         for op in trace.top_ops[:1]
-        if _MATRIX.search(op.name) and op.window_share >= DOMINANT_SHARE
+        if pattern.search(op.name) and op.window_share >= DOMINANT_SHARE
     ]
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "LOG_STATS_INTERVAL_S",
     "VLLMAdapter",
     "is_cpu_build",
+    "script_interpreter",
 ]
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -175,7 +176,7 @@ def is_cpu_build(spec: EngineSpec) -> bool:
     """
     python = spec.options.get("python")
     if python is None:
-        python = _script_interpreter(str(spec.options.get("executable", "vllm")))
+        python = script_interpreter(str(spec.options.get("executable", "vllm")))
     return python is not None and _has_distribution(str(python), CPU_DISTRIBUTION)
 
 
@@ -202,7 +203,7 @@ def _refuse_gpu_knobs_on_cpu(spec: EngineSpec) -> None:
         raise ConfigError(message, hint=hint)
 
 
-def _script_interpreter(program: str) -> str | None:
+def script_interpreter(program: str) -> str | None:
     """The interpreter on a script's `#!` line, if `program` is one on PATH."""
     found = shutil.which(program)
     if found is None:

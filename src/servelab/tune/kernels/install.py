@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -26,6 +25,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from servelab.engines.base import EngineSpec
+from servelab.engines.vllm import script_interpreter
 from servelab.tune.kernels.naming import KernelEngine
 
 __all__ = [
@@ -106,7 +106,7 @@ def engine_python(spec: EngineSpec) -> str | None:
     if python is not None:
         return str(python)
     if spec.engine == "vllm":
-        return _script_interpreter(str(spec.options.get("executable", "vllm")))
+        return script_interpreter(str(spec.options.get("executable", "vllm")))
     return sys.executable
 
 
@@ -195,19 +195,3 @@ def _tuner_script(engine: KernelEngine, package: Path) -> str | None:
             package.parent.parent / "benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py"
         )
     return str(script) if script.is_file() else None
-
-
-def _script_interpreter(program: str) -> str | None:
-    """The interpreter on a script's `#!` line, if `program` is one on PATH."""
-    found = shutil.which(program)
-    if found is None:
-        return None
-    try:
-        with open(found, "rb") as script:
-            first = script.readline(4096)
-    except OSError:
-        return None
-    if not first.startswith(b"#!"):
-        return None
-    words = first[2:].decode(errors="replace").split()
-    return words[0] if words else None
