@@ -58,6 +58,7 @@ def test_the_story_study_raises_the_cap_and_a_rerun_continues_it(tmp_path: Path)
     assert trials[0]["params"] == {"knobs.max_running_requests": 64}
     assert trials[1]["role"] == "diagnose"
     assert trials[1]["params"]["knobs.max_running_requests"] > 64
+    assert result["storage"] == "sqlite:///study.db (in the study folder)"
     (best,) = result["best"]
     gain = trials[best]["values"][0] / trials[0]["values"][0]
     assert gain >= 1.6, result["trials"]

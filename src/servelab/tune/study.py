@@ -28,7 +28,13 @@ from servelab.probe.report import ProbeReport
 from servelab.store import DEFAULT_RUNS_DIR, RunDir
 from servelab.tune.results import STUDY_FILE, LayoutModel, StudyResult, TrialRole, TrialRow
 from servelab.tune.space import SearchSpace, parse_space
-from servelab.tune.storage import DEFAULT_HEARTBEAT_S, display_url, open_storage, storage_url
+from servelab.tune.storage import (
+    DEFAULT_HEARTBEAT_S,
+    STUDY_DB,
+    display_url,
+    open_storage,
+    storage_url,
+)
 from servelab.tune.trial import OUTCOME, TrialContext, TrialEvent, TrialFailed, run_trial, trial_dir
 
 __all__ = [
@@ -161,7 +167,7 @@ def study_result(
     top = next((r for r in rows if best and r.number == best[0]), None)
     return StudyResult(
         name=study.study_name,
-        storage=display_url(url),
+        storage=_storage_text(url, study_dir),
         space_file=space.source,
         engine=space.base.engine,
         workload=space.workload_text(),
@@ -474,6 +480,14 @@ def _layout_model(given: Any) -> LayoutModel | None:
 def _fixed(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
     fixed = trial.system_attrs.get("fixed_params")
     return fixed if isinstance(fixed, dict) else {}
+
+
+def _storage_text(url: str, study_dir: Path | None) -> str:
+    """The storage as the document records it: the default file by its name in the study
+    folder (no host's path), any other URL with its password hidden."""
+    if study_dir is not None and url == storage_url(None, study_dir):
+        return f"sqlite:///{STUDY_DB} (in the study folder)"
+    return display_url(url)
 
 
 def _make_dir(path: Path) -> None:
