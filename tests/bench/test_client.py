@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-import aiohttp
 import orjson
 
-from servelab.bench.client import make_trace_config, send_request
+from servelab.bench.client import send_request
 from servelab.bench.endpoint import EndpointConfig, RequestItem
 from servelab.bench.records import ErrorKind, RequestRecord
+from servelab.bench.transport import ConnectionPool, Target
 
 ITEM = RequestItem(prompt="hi", max_tokens=8)
 
@@ -28,10 +28,13 @@ STOP = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
 
 def send(url: str) -> RequestRecord:
     async def main() -> RequestRecord:
-        async with aiohttp.ClientSession(trace_configs=[make_trace_config()]) as session:
+        endpoint = EndpointConfig(base_url=url, model="m")
+        pool = ConnectionPool()
+        try:
             return await send_request(
-                session,
-                EndpointConfig(base_url=url, model="m"),
+                pool,
+                Target.parse(endpoint.url),
+                endpoint,
                 ITEM,
                 index=0,
                 level=0,
@@ -39,6 +42,8 @@ def send(url: str) -> RequestRecord:
                 worker=0,
                 t_scheduled_ns=0,
             )
+        finally:
+            await pool.close()
 
     return asyncio.run(main())
 

@@ -20,7 +20,7 @@ class ErrorKind(StrEnum):
     UNREACHABLE = "unreachable"
     """No connection could be made."""
     HTTP = "http"
-    """The server answered with a 4xx/5xx status."""
+    """The server answered with a 4xx/5xx status, or a 3xx redirect (not followed)."""
     TIMEOUT = "timeout"
     """The whole request took longer than --timeout."""
     STALL = "stall"

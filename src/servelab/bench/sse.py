@@ -44,6 +44,11 @@ class SSEDecoder:
             self._after_cr = False
             buffer = buffer.removeprefix(b"\n")
         events: list[bytes] = []
+        if b"\r" not in buffer:
+            *lines, self._buffer = buffer.split(b"\n")
+            for line in lines:
+                self._take_line(line, events)
+            return events
         start = 0
         for end in _LINE_END.finditer(buffer):
             if end.group() == b"\r" and end.end() == len(buffer):
@@ -60,6 +65,7 @@ class SSEDecoder:
         return tail
 
     def _take_line(self, line: bytes, events: list[bytes]) -> None:
+        """One line: a blank one ends the event; only `data` fields are kept."""
         if not line:
             if self._data is not None:
                 events.append(b"\n".join(self._data))

@@ -1,4 +1,4 @@
-"""A client worker process: one event loop, one pooled session, its share of the load.
+"""A client worker process: one event loop, one connection pool, its share of the load.
 
 The parent sends commands over a pipe (`Phase`, `Start`, `STOP`, `EXIT`); the worker
 sends everything back over one shared queue, in order: `("ready", w)` once, then per
@@ -24,13 +24,13 @@ from multiprocessing.connection import Connection
 from multiprocessing.queues import Queue
 from typing import Any
 
-import aiohttp
 import orjson
 
-from servelab.bench.client import make_trace_config, send_request
+from servelab.bench.client import send_request
 from servelab.bench.endpoint import EndpointConfig, RequestItem
 from servelab.bench.metrics import WorkerStats
 from servelab.bench.records import RequestRecord
+from servelab.bench.transport import ConnectionPool, Target
 from servelab.core.clock import NS_PER_S, now_ns
 from servelab.core.processes import die_with_parent
 
@@ -94,6 +94,7 @@ class _Worker:
         self.pending: list[RequestRecord] = []
         self.busy = _BusySpan()
         self.count_tokens = _output_counter(endpoint)
+        self.target = Target.parse(endpoint.url)
 
     def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
         """A thread blocking on the pipe: phases can be larger than a pipe buffer."""
@@ -114,12 +115,8 @@ class _Worker:
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
         threading.Thread(target=self._listen, args=(loop,), daemon=True).start()
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-        async with aiohttp.ClientSession(
-            connector=connector,
-            trace_configs=[make_trace_config()],
-            timeout=aiohttp.ClientTimeout(total=None),
-        ) as self.session:
+        self.pool = ConnectionPool()
+        try:
             self.out.put(("ready", self.worker))
             while True:
                 message = await self.inbox.get()
@@ -138,6 +135,8 @@ class _Worker:
                     )
                     self._flush()
                     self.out.put(("done", self.worker, stats))
+        finally:
+            await self.pool.close()
 
     async def _run_phase(self, phase: Phase, start_ns: int) -> WorkerStats:
         lags: list[int] = []
@@ -175,7 +174,8 @@ class _Worker:
     async def _one(self, phase: Phase, index: int, item: RequestItem, t_scheduled_ns: int) -> None:
         self.busy.sent()
         record = await send_request(
-            self.session,
+            self.pool,
+            self.target,
             self.endpoint,
             item,
             index=index,
