@@ -10,6 +10,8 @@ from pathlib import Path
 from servelab import __version__
 from servelab.model.gpus import gpu_for_nvml_name, pcie_bandwidth_bytes_s
 from servelab.probe.comm_verdicts import comm_verdicts
+from servelab.probe.cuda_init import check_cuda
+from servelab.probe.cuda_verdicts import cuda_verdicts
 from servelab.probe.gpu_verdicts import gpu_verdicts
 from servelab.probe.gpus import GpuInventory, collect_gpus
 from servelab.probe.host import read_host
@@ -47,6 +49,13 @@ def run_probe(
         verdicts.append(no_gpu_verdict(nvml.reason))
     else:
         verdicts += gpu_verdicts(inventory, process_cpus=host.affinity, in_vm=virt.vm is not None)
+    say("checking that CUDA initialises (cuInit, in a child process)")
+    cuda = check_cuda()
+    if cuda is not None:
+        nvml_count = len(inventory.gpus) if inventory is not None else None
+        verdicts += cuda_verdicts(
+            cuda, nvml_count=nvml_count, in_container=virt.container is not None
+        )
     comm_results = None
     if comm:
         from servelab.probe.comm import cuda_uuid_map, run_comm
@@ -65,6 +74,7 @@ def run_probe(
         virtualization=virt,
         nvml=nvml,
         gpus=inventory,
+        cuda=cuda,
         comm=comm_results,
         verdicts=sorted(verdicts, key=lambda v: v.severity.rank),
     )

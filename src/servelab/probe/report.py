@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from servelab.probe.comm.results import CommResults
+from servelab.probe.cuda_init import CudaInit
 from servelab.probe.gpus import GpuInventory
 from servelab.probe.host import HostFacts
 from servelab.probe.verdict import Verdict
@@ -37,5 +38,8 @@ class ProbeReport(BaseModel):
     virtualization: VirtFacts
     nvml: NvmlStatus
     gpus: GpuInventory | None = Field(description="None when NVML is unavailable.")
+    cuda: CudaInit | None = Field(
+        default=None, description="The CUDA driver check; None where no NVIDIA driver is."
+    )
     comm: CommResults | None = Field(default=None, description="Only with --comm.")
     verdicts: list[Verdict]
