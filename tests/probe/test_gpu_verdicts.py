@@ -48,7 +48,13 @@ def test_story_vm(tmp_path: Path):
         "vm-flat-topology",
         "numa-unknown",
         "pcie-link-below-max",
+        "sm120-kernel-limits",
     }
+    sm120 = codes["sm120-kernel-limits"]
+    assert sm120.severity is Severity.INFO and len(sm120.subjects) == 8
+    assert "100 KB of shared memory per SM against 228 KB on SM90/SM100" in sm120.title
+    assert "SM120: at most 99 KB per block" in sm120.evidence[1]
+    assert "#14311" in sm120.meaning and "servelab tune kernels" in sm120.action
     p2p = codes["p2p-not-supported"]
     assert p2p.severity is Severity.CRITICAL
     assert len(p2p.subjects) == 28
@@ -100,6 +106,7 @@ def test_clean_nvlink_box_gives_only_ok_and_info(tmp_path: Path):
     assert ok.severity is Severity.OK
     assert ok.subjects == [f"gpu{i}" for i in range(8)]
     assert any("NV18 ×28" in line for line in ok.evidence)
+    assert "sm120-kernel-limits" not in by_code(verdicts)  # Hopper has the shared memory
 
 
 def test_single_gpu_has_no_pair_verdicts(tmp_path: Path):

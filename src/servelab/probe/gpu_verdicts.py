@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from servelab.probe.arch_verdicts import architecture_verdicts
 from servelab.probe.gpus import GpuFacts, GpuInventory, GpuPair
 from servelab.probe.sysfs import format_cpulist
 from servelab.probe.verdict import Severity, Verdict
@@ -63,6 +64,7 @@ def gpu_verdicts(
     verdicts += _pcie_link(inventory.gpus)
     verdicts += _ecc(inventory.gpus)
     verdicts += _mig(inventory.gpus)
+    verdicts += architecture_verdicts(inventory.gpus)
     return sorted(verdicts, key=lambda verdict: verdict.severity.rank)
 
 
