@@ -37,8 +37,9 @@ def _points() -> list[BandwidthPoint]:
     ]
 
 
-def story_vm_probe(folder: Path) -> Path:
-    """Write the story VM's probe.json into `folder` (which holds a synthetic sysfs)."""
+def story_vm_probe(folder: Path, *, with_facts: bool = False) -> Path:
+    """Write the story VM's probe.json into `folder` (which holds a synthetic sysfs);
+    `with_facts` adds the NVML facts (GPUs, pairs) and a host without InfiniBand."""
     gpus = inventory(load("vm_8gpu_no_p2p.json"), vm_sysfs(folder / "sysfs"))
     devices = [
         CudaDevice(
@@ -71,6 +72,9 @@ def story_vm_probe(folder: Path) -> Path:
         "comm": comm.model_dump(mode="json"),
         "verdicts": [v.model_dump(mode="json") for v in verdicts],
     }
+    if with_facts:
+        document["gpus"] = gpus.model_dump(mode="json")
+        document["host"] = {"infiniband_devices": []}
     path = folder / "probe.json"
     path.write_text(json.dumps(document, indent=2))
     return path

@@ -128,14 +128,15 @@ def test_healthy_is_memory_bound(healthy_run: Path, tmp_path: Path):
 
 
 def test_a_starved_load_generator(start_sim: Start, tmp_path: Path):
+    """4,000 streams of 100 tok/s on one worker: more chunks than one core can read."""
     sim = start_sim(ttft_ms=20, itl_ms=10)
     run = sweep(
         sim,
         tmp_path / "run",
         "--concurrency",
-        "2000",
+        "4000",
         "--num-requests",
-        "2000",
+        "4000",
         "--input-len",
         "16",
         "--output-len",

@@ -100,14 +100,31 @@ def check(
         bool,
         typer.Option(help="Check against the recorded flag list even when the engine is here."),
     ] = False,
+    probe: Annotated[
+        Path | None,
+        typer.Option(
+            "--probe",
+            help="A `servelab probe` probe.json of the machine the engine will run on "
+            "(--comm adds measured copies and the model's calibration). Default: this "
+            "machine's facts, read now, with the NCCL variables of this shell.",
+        ),
+    ] = None,
+    no_machine: Annotated[
+        bool, typer.Option("--no-machine", help="Do not read the settings against a machine.")
+    ] = False,
     json_output: JsonFlag = False,
 ) -> None:
-    """Print the exact command and environment of a spec and check every flag.
+    """Print the exact command and environment of a spec, check every flag, and read its
+    settings against the machine.
 
     The flags (knobs mapped to the engine's own and --extra-args alike) are checked
     against the installed engine's --help, else against the flag list recorded for a
-    named version; an unknown flag gets the closest valid name. Exit code 2 when a flag
-    is unknown or the spec is invalid. Nothing is started.
+    named version; an unknown flag gets the closest valid name. The NCCL variables
+    (NCCL_P2P_LEVEL, NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, channel counts, NCCL_IB_*,
+    NCCL_NVLS_ENABLE), CUDA_VISIBLE_DEVICES and the layout are read against the probe:
+    each contradiction with its evidence and a fix. Exit code 2 when a flag is unknown,
+    the layout cannot run there, or the spec is invalid; warnings alone exit 0. Nothing
+    is started.
     """
     out, err = _out(), Console(stderr=True)
     with handle_errors(err):
@@ -119,13 +136,17 @@ def check(
         from servelab.engines.check import check_spec
 
         result = check_spec(spec, use_installed=not recorded)
+        if not no_machine:
+            result = _against_machine(result, spec, probe)
         if json_output:
             out.print_json(result.model_dump_json(), highlight=False)
         else:
             _print_check(out, result)
-        if not result.ok:
+        if result.unknown_flags:
             flags = ", ".join(problem.flag for problem in result.unknown_flags)
             raise ConfigError(f"{result.engine} does not accept {flags}")
+        if result.machine_errors:
+            raise ConfigError(f"{result.machine_errors[0].title} (per {result.machine_source})")
 
 
 @engine_app.command("up")
@@ -301,6 +322,32 @@ def _spec(
     )
 
 
+def _against_machine(result: SpecCheck, spec: EngineSpec, probe: Path | None) -> SpecCheck:
+    """The check with the machine verdicts: of `probe`, else of this machine read now."""
+    from servelab.engines.check import check_against_machine
+
+    if probe is not None:
+        try:
+            document = json.loads(probe.read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read {probe}: {exc.strerror}") from None
+        except ValueError:
+            raise ConfigError(f"{probe} is not JSON") from None
+        if not isinstance(document, dict) or document.get("schema") != "servelab.probe/1":
+            raise ConfigError(f"{probe} is not a servelab probe document")
+        return check_against_machine(result, spec, document, source=str(probe), inherit=False)
+    from servelab.probe.collect import run_probe
+
+    report = run_probe()
+    if report.gpus is None or not report.gpus.gpus:
+        note = "settings not read against a machine: no NVIDIA GPU here (give --probe FILE)"
+        return result.model_copy(update={"notes": [*result.notes, note]})
+    document = report.model_dump(mode="json", by_alias=True)
+    return check_against_machine(
+        result, spec, document, source="this machine (probed now)", inherit=True
+    )
+
+
 def _print_check(out: Console, result: SpecCheck) -> None:
     out.print(f"engine  {result.engine}")
     if result.command:
@@ -312,15 +359,26 @@ def _print_check(out: Console, result: SpecCheck) -> None:
         out.print(escape(" ".join(filter(None, [env, shlex.join(result.command)]))))
     for note in result.notes:
         out.print(f"note    {escape(note)}")
-    if result.flags_source is None:
+    if result.flags_source is not None:
+        if not result.unknown_flags:
+            out.print(f"flags   all accepted, per {escape(result.flags_source)}")
+        else:
+            out.print(f"flags   checked against {escape(result.flags_source)}:")
+            for problem in result.unknown_flags:
+                hint = f"; did you mean {problem.suggestion}?" if problem.suggestion else ""
+                out.print(f"  unknown {escape(problem.flag)}{escape(hint)}")
+    if result.machine_source is None:
         return
-    if result.ok:
-        out.print(f"flags   all accepted, per {escape(result.flags_source)}")
+    if not result.machine:
+        out.print(f"machine nothing contradicts {escape(result.machine_source)}")
         return
-    out.print(f"flags   checked against {escape(result.flags_source)}:")
-    for problem in result.unknown_flags:
-        hint = f"; did you mean {problem.suggestion}?" if problem.suggestion else ""
-        out.print(f"  unknown {escape(problem.flag)}{escape(hint)}")
+    out.print(f"machine read against {escape(result.machine_source)}:")
+    for verdict in result.machine:
+        out.print(f"  {verdict.severity.value:<8} {escape(verdict.code)}: {escape(verdict.title)}")
+        for line in verdict.evidence:
+            out.print(f"           - {escape(line)}")
+        out.print(f"           why: {escape(verdict.meaning)}")
+        out.print(f"           fix: {escape(verdict.action)}")
 
 
 def _out() -> Console:

@@ -42,6 +42,7 @@ class FindingKind(StrEnum):
     ACCURACY_WARNING = "accuracy_warning"
     SLO_VIOLATION = "slo_violation"
     NOT_SATURATED = "not_saturated"
+    SETTINGS_CONTRADICT_MACHINE = "settings_contradict_machine"
 
 
 class Evidence(BaseModel):

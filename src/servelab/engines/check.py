@@ -3,10 +3,15 @@
 Nothing is started and nothing is built: the embedded engine's model folder is named,
 not generated. The flags (mapped knobs and extra_args alike) are checked against the
 installed engine's `--help` when it runs, else against the recorded list of a named
-version; an engine with neither is reported as not validated.
+version; an engine with neither is reported as not validated. Against a probe, its
+NCCL variables and layout are read against the machine (`machine_check`).
 """
 
 from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -19,9 +24,11 @@ from servelab.engines.flagcheck import (
     unknown_flags,
 )
 from servelab.engines.launcher import LOCALHOST, free_port
+from servelab.engines.machine_check import machine_verdicts
 from servelab.engines.registry import get_adapter
+from servelab.probe.verdict import Severity, Verdict
 
-__all__ = ["SpecCheck", "check_spec"]
+__all__ = ["SpecCheck", "check_against_machine", "check_spec"]
 
 
 class SpecCheck(BaseModel):
@@ -38,10 +45,43 @@ class SpecCheck(BaseModel):
     )
     notes: list[str] = Field(default_factory=list, description="Why a source was not used.")
     unknown_flags: list[FlagProblem] = Field(default_factory=list)
+    machine_source: str | None = Field(
+        default=None, description="The probe the settings were read against; None: not read."
+    )
+    machine: list[Verdict] = Field(
+        default_factory=list, description="Settings the machine contradicts, worst first."
+    )
 
     @property
     def ok(self) -> bool:
-        return not self.unknown_flags
+        """Every flag accepted and no setting the machine rules out (errors, not warnings)."""
+        return not self.unknown_flags and not self.machine_errors
+
+    @property
+    def machine_errors(self) -> list[Verdict]:
+        return [v for v in self.machine if v.severity.rank <= Severity.ERROR.rank]
+
+
+def check_against_machine(
+    check: SpecCheck,
+    spec: EngineSpec,
+    probe: Mapping[str, Any],
+    *,
+    source: str,
+    inherit: bool,
+) -> SpecCheck:
+    """`check` with the machine verdicts of `spec` against `probe`; with `inherit`, the
+    NCCL and CUDA_VISIBLE_DEVICES variables of this process's environment count too (the
+    engine inherits them when launched from here)."""
+    env = dict(check.env) if check.command else dict(spec.env)
+    inherited: set[str] = set()
+    if inherit:
+        for name, value in os.environ.items():
+            if (name.startswith("NCCL_") or name == "CUDA_VISIBLE_DEVICES") and name not in env:
+                env[name] = value
+                inherited.add(name)
+    verdicts = machine_verdicts(spec, env, probe, source=source, inherited=frozenset(inherited))
+    return check.model_copy(update={"machine_source": source, "machine": verdicts})
 
 
 def check_spec(spec: EngineSpec, *, use_installed: bool = True) -> SpecCheck:

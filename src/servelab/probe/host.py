@@ -54,6 +54,11 @@ class HostFacts(BaseModel):
     affinity: list[int] | None = Field(
         description="CPUs this process may run on; None when not known (synthetic trees)."
     )
+    infiniband_devices: list[str] | None = Field(
+        default=None,
+        description="RDMA devices in /sys/class/infiniband (InfiniBand or RoCE HCAs); "
+        "None when the class is missing (no RDMA driver loaded).",
+    )
 
 
 def read_host(root: Path = Path("/"), *, affinity: list[int] | None = None) -> HostFacts:
@@ -78,6 +83,7 @@ def read_host(root: Path = Path("/"), *, affinity: list[int] | None = None) -> H
         kernel_release=read_text(root, "/proc/sys/kernel/osrelease") or None,
         kernel_version=read_text(root, "/proc/version") or None,
         affinity=sorted(set(affinity)) if affinity is not None else None,
+        infiniband_devices=list_dir(root, "/sys/class/infiniband"),
     )
 
 
