@@ -30,6 +30,11 @@
 #             tree, so a study brought back and unpacked there continues in the next call).
 #             TUNE_BUDGET (default 7m) stops starting trials; TUNE_LIMIT_S (default 540)
 #             interrupts the study (finished trials kept). Tarred to $OUT/tune-study.tgz.
+#   cuda      the CUDA driver check for real: `servelab probe --json` (cuda-ok, the count
+#             against NVML's), the check with CUDA_VISIBLE_DEVICES empty (the real driver's
+#             CUDA_ERROR_NO_DEVICE), and `servelab engine check` reading specs against
+#             this machine (a GPU index that is not there, a layout too large, NCCL
+#             variables); cuda-summary.txt holds the verdict lines.
 # Logs and results, tarred, go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -148,6 +153,29 @@ if [[ " $PARTS " == *" tune "* ]]; then
     grep -E '^(trial|study|best|  )' "$LOGS/tune.err" | tail -n 40
     cat "$LOGS/tune-show.txt"
     tar -C "$(dirname "$STUDY")" -czf "$OUT/tune-study.tgz" "$(basename "$STUDY")"
+fi
+
+if [[ " $PARTS " == *" cuda "* ]]; then
+    timed cuda-probe python3 -m servelab probe --json --out "$LOGS/cuda-probe"
+    timed cuda-hidden env CUDA_VISIBLE_DEVICES= python3 -c "from servelab.probe.cuda_init \
+import check_cuda; from servelab.probe.cuda_verdicts import cuda_verdicts; c = check_cuda(); \
+print(c.model_dump_json(indent=1)); [print(v.severity.value, v.code, v.title, v.evidence) \
+for v in cuda_verdicts(c, nvml_count=1, in_container=False)]"
+    timed cuda-check-absent env CUDA_VISIBLE_DEVICES=0,7 python3 -m servelab engine check \
+        --engine vllm --model m --tp 2 --recorded
+    timed cuda-check-nccl env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_MAX_NCHANNELS=0 \
+        NCCL_IB_HCA=mlx5_0 python3 -m servelab engine check --engine sglang --model m --recorded
+    {
+        python3 -c "import json; d = json.load(open('$LOGS/cuda-probe/probe.json')); \
+c = d['cuda']; print({k: c[k] for k in ('library_path', 'init_result_name', 'device_count', \
+'driver_api_version', 'module_flavour', 'module_version', 'uvm_disable_hmm', \
+'dev_nvidia_uvm', 'kernel_release')}); [print(v['severity'], v['code'], v['title']) for v in \
+d['verdicts'] if v['code'].startswith(('cuda', 'sm120'))]"
+        grep -E "CUDA_ERROR|^critical" "$LOGS/cuda-hidden.out"
+        grep -E "^  (error|warning|info)|^error" "$LOGS/cuda-check-absent.out" \
+            "$LOGS/cuda-check-absent.err" "$LOGS/cuda-check-nccl.out" "$LOGS/cuda-check-nccl.err"
+    } > "$OUT/cuda-summary.txt" 2>&1
+    cat "$OUT/cuda-summary.txt"
 fi
 
 nvidia-smi --query-gpu=memory.used --format=csv >> "$LOGS/env.txt" 2>&1

@@ -127,6 +127,18 @@ def test_hmm_already_off_is_not_blamed(tmp_path: Path) -> None:
     assert "dmesg" in verdict.action  # nothing specific matched: the generic steps
 
 
+def test_no_device_with_hmm_on_blames_cuda_visible_devices_not_hmm(tmp_path: Path) -> None:
+    """As on the H200 (open module, HMM on, CUDA fine) with CUDA_VISIBLE_DEVICES empty."""
+    library = build_standin(tmp_path)
+    root = machine(tmp_path / "root")
+    cuda = run(tmp_path, library, root, STANDIN_INIT="100", CUDA_VISIBLE_DEVICES="")
+    assert cuda is not None and cuda.init_result_name == "CUDA_ERROR_NO_DEVICE"
+    [verdict] = cuda_verdicts(cuda, nvml_count=1, in_container=False)
+    assert verdict.evidence[1] == "CUDA_VISIBLE_DEVICES=''"
+    assert verdict.action.startswith("1. Unset CUDA_VISIBLE_DEVICES")
+    assert "uvm_disable_hmm=1" not in verdict.action
+
+
 def test_the_proprietary_module_is_not_blamed_for_hmm(tmp_path: Path) -> None:
     library = build_standin(tmp_path)
     root = machine(tmp_path / "root", module=PROPRIETARY_MODULE)

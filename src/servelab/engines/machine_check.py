@@ -252,7 +252,8 @@ def _too_few(
     return Verdict(
         code="layout-exceeds-gpus",
         severity=Severity.ERROR,
-        title=f"The layout needs {needed} GPUs ({layout}); {visible} are visible",
+        title=f"The layout needs {needed} GPUs ({layout}); {visible} "
+        f"{'is' if visible == 1 else 'are'} visible",
         evidence=[
             f"layout: {layout} = {needed} GPUs",
             f"{len(machine.gpus)} GPU(s) in {machine.source}"

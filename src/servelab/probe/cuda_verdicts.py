@@ -34,6 +34,12 @@ _MEANINGS = {
 }
 
 
+_HMM_RESULTS = frozenset({"CUDA_ERROR_NOT_INITIALIZED", "CUDA_ERROR_UNKNOWN"})
+"""What cuInit returns when the open module's HMM cannot start (CUDA's known issue, and
+open-gpu-kernel-modules issues 797, 901, 947). HMM on alone is no cause: it is the x86_64
+default since driver 535, and CUDA starts with it on most kernels."""
+
+
 @dataclass(frozen=True)
 class _Cause:
     evidence: str
@@ -121,7 +127,13 @@ def _failed(cuda: CudaInit, in_container: bool) -> Verdict:
 
 def _causes(cuda: CudaInit, in_container: bool) -> list[_Cause]:
     causes: list[_Cause] = []
-    failed_init = cuda.init_result not in (None, 0)
+    if cuda.init_result_name == "CUDA_ERROR_NO_DEVICE" and cuda.visible_devices is not None:
+        causes.append(
+            _Cause(
+                f"CUDA_VISIBLE_DEVICES={cuda.visible_devices!r}",
+                "Unset CUDA_VISIBLE_DEVICES or name GPUs that exist (indexes or GPU- UUIDs).",
+            )
+        )
     if cuda.load_error is not None and cuda.module_version is not None:
         causes.append(
             _Cause(
@@ -132,7 +144,7 @@ def _causes(cuda: CudaInit, in_container: bool) -> list[_Cause]:
             )
         )
     if (
-        (failed_init or cuda.timed_out)
+        (cuda.init_result_name in _HMM_RESULTS or cuda.timed_out)
         and cuda.module_flavour == "open"
         and (cuda.uvm_disable_hmm or "").upper() in ("N", "0")
     ):
@@ -191,13 +203,6 @@ def _causes(cuda: CudaInit, in_container: bool) -> list[_Cause]:
             _Cause(
                 f"the loaded libcuda is the toolkit's stub ({cuda.library_path})",
                 "Remove the CUDA toolkit's lib64/stubs folder from LD_LIBRARY_PATH.",
-            )
-        )
-    if cuda.init_result_name == "CUDA_ERROR_NO_DEVICE" and cuda.visible_devices is not None:
-        causes.append(
-            _Cause(
-                f"CUDA_VISIBLE_DEVICES={cuda.visible_devices!r}",
-                "Unset CUDA_VISIBLE_DEVICES or name GPUs that exist (indexes or GPU- UUIDs).",
             )
         )
     return causes
