@@ -50,15 +50,14 @@ from client_fidelity import (
     INPUT_LEN,
     ITL_MS,
     OUTPUT_LEN,
-    TTFT_MS,
     VENVS,
     WARMUP,
-    _machine,
     _sglang_python,
     _simulator,
     _stop,
     _tokenizer_folder,
     _work_dir,
+    print_header,
 )
 from servelab.sim import TruthRecord, read_truth
 
@@ -127,12 +126,7 @@ def main() -> None:
         "aiperf": _aiperf_python() if "aiperf" in clients else None,
     }
     tokenizer = _tokenizer_folder(pythons["sglang"])
-    print(f"# client cost, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, {_machine()}")
-    print(
-        f"server: servelab sim --ttft-ms {TTFT_MS:g} --itl-ms {ITL_MS:g} --workers"
-        f" {args.sim_workers}; {INPUT_LEN} in / {OUTPUT_LEN} out tokens,"
-        f" {args.requests_per_stream} requests per stream, {WARMUP} warm-up\n"
-    )
+    print_header("client cost", args)
     results: list[Result] = []
     with _work_dir(args.keep) as work:
         for concurrency in levels:

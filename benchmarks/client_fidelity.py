@@ -151,12 +151,7 @@ def main() -> None:
 
     python = args.sglang_python or (_sglang_python() if "sglang" in clients else None)
     tokenizer = _tokenizer_folder(python)
-    print(f"# client fidelity, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {_machine()}")
-    print(
-        f"server: servelab sim --ttft-ms {TTFT_MS:g} --itl-ms {ITL_MS:g} --workers"
-        f" {args.sim_workers}; {INPUT_LEN} in / {OUTPUT_LEN} out tokens,"
-        f" {args.requests_per_stream} requests per stream, {WARMUP} warm-up\n"
-    )
+    print_header("client fidelity", args)
     results: list[Measured] = []
     with _work_dir(args.keep) as work:
         for concurrency in levels:
@@ -405,6 +400,16 @@ def _print_results(results: list[Measured], levels: list[int]) -> None:
 
 
 # --- environment ----------------------------------------------------------------------
+
+
+def print_header(title: str, args: argparse.Namespace) -> None:
+    """The run's first lines: when, where, and the server and workload every client met."""
+    print(f"# {title}, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {_machine()}")
+    print(
+        f"server: servelab sim --ttft-ms {TTFT_MS:g} --itl-ms {ITL_MS:g} --workers"
+        f" {args.sim_workers}; {INPUT_LEN} in / {OUTPUT_LEN} out tokens,"
+        f" {args.requests_per_stream} requests per stream, {WARMUP} warm-up\n"
+    )
 
 
 def _sglang_python() -> Path:
