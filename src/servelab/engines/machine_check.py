@@ -35,7 +35,6 @@ _LEGACY_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
 _SMI_TO_NCCL = {"PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS"}
 _MAX_CHANNELS = 64
 _MAX_CHANNELS_BEFORE_2_25 = 32
-_NVLS_VARS = ("NCCL_NVLS_ENABLE",)
 ESTIMATE_BATCH = 64
 ESTIMATE_LENGTHS = (1024, 256)
 """The model's estimate of another layout: 64 requests of 1,024 in / 256 out tokens."""
