@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -334,19 +335,37 @@ def vllm_kv_limited_sweep(
 ) -> BenchOutcome:
     """The KV-limited engine at 2 and 32 concurrent requests: 12 blocks of 128 tokens (one
     is vLLM's own), a prompt takes one and each request grows to three, so 32 cannot all
-    run although the cap is 64. The run directory the KV tests start from."""
-    config = for_engine(
-        BenchConfig(
-            url=vllm_kv_limited.engine.url,
-            levels=[2.0, 32.0],
-            duration_s=8.0,
-            warmup=1,
-            stream=False,
-            workload=WorkloadSpec(input_len=64, output_len=256, range_ratio=0.5),
-            out=tmp_path_factory.mktemp("vllm-kv-limited-sweep") / "run",
-            name="vllm-kv-limited",
-        ),
-        vllm_kv_limited.engine,
-        metrics=True,
-    )
-    return run_bench(config, log_stats=vllm_kv_limited.watched.log_stats)
+    run although the cap is 64. The run directory the KV tests start from.
+
+    A sweep whose own self-check says the client's event loop stood still for over a
+    second (the two-core machine paused every process at once: the engine's log lines
+    were late by as much) measured the pause, not the engine: it is run once more."""
+    for attempt in range(2):
+        config = for_engine(
+            BenchConfig(
+                url=vllm_kv_limited.engine.url,
+                levels=[2.0, 32.0],
+                duration_s=8.0,
+                warmup=1,
+                stream=False,
+                workload=WorkloadSpec(input_len=64, output_len=256, range_ratio=0.5),
+                out=tmp_path_factory.mktemp("vllm-kv-limited-sweep") / "run",
+                name="vllm-kv-limited",
+            ),
+            vllm_kv_limited.engine,
+            metrics=True,
+        )
+        outcome = run_bench(config, log_stats=vllm_kv_limited.watched.log_stats)
+        lags = [lv.client.max_loop_lag_ms or 0.0 for lv in outcome.summary.levels if lv.client]
+        stalls = [lag for lag in lags if lag > PAUSED_MS]
+        if not stalls or attempt:
+            return outcome
+        warnings.warn(
+            f"vLLM KV sweep: the client's loop stood still {max(stalls):.0f} ms; run again",
+            stacklevel=1,
+        )
+    raise AssertionError("unreachable")
+
+
+PAUSED_MS = 1000.0
+"""A client event loop that did not run for a second: the machine, not the engine."""
