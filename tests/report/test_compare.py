@@ -119,6 +119,24 @@ def test_a_drifting_level_widens_its_band():
     assert band.hi - band.lo > 0.6
 
 
+def test_bands_read_together_cover_the_family():
+    """Ten bands at 95% each miss together far more often than one: each is widened so the
+    family misses at most 5% of the time (Bonferroni)."""
+    a = _run("a", _records(0, 40, ttft_ms=50, itl_ms=20, seed=1))
+    b = _run("b", _records(0, 40, ttft_ms=50, itl_ms=20, seed=2))
+    metric = next(m for m in METRICS if m.name == "TTFT p50")
+    sa = level_sample(a.summary.levels[0], a.records)
+    sb = level_sample(b.summary.levels[0], b.records)
+    assert sa is not None and sb is not None
+    one = ratio_band(sa, sb, metric.statistic)
+    ten = ratio_band(sa, sb, metric.statistic, comparisons=10)
+    assert ten.lo < one.lo and ten.hi > one.hi and ten.ratio == one.ratio
+    deltas = [d for d in compare_runs(a, b) if d.band is not None]
+    by_name = {d.metric.name: d for d in deltas}
+    family = ratio_band(sa, sb, metric.statistic, comparisons=len(deltas))
+    assert by_name["TTFT p50"].band == family
+
+
 # -- three real runs of the embedded engine -------------------------------------------------
 
 

@@ -40,6 +40,8 @@ __all__ = [
 ]
 
 BOOTSTRAP_RESAMPLES = 1000
+FAMILY_ALPHA = 0.05
+"""A family of bands read together misses its true ratio at most this often, all at once."""
 _NS_PER_MS = 1e6
 
 
@@ -119,8 +121,20 @@ def _last_ns(record: dict[str, Any]) -> int:
     return int(chunks[-1]) if chunks else int(record["t_end_ns"] - record["t_send_ns"])
 
 
-def ratio_band(a: LevelSample, b: LevelSample, statistic: Statistic, *, seed: int = 0) -> Band:
-    """The band of statistic(B) / statistic(A) over block resamples of each."""
+def ratio_band(
+    a: LevelSample,
+    b: LevelSample,
+    statistic: Statistic,
+    *,
+    seed: int = 0,
+    comparisons: int = 1,
+) -> Band:
+    """The band of statistic(B) / statistic(A) over block resamples of each.
+
+    Its coverage is 95% for the whole family of `comparisons` bands read together
+    (Bonferroni: each covers 1 - 0.05 / comparisons), so a report of ten metrics does not
+    call one of two identical runs "outside noise" one time in three.
+    """
     rng = np.random.default_rng(seed)
     measured = statistic(b, np.arange(b.size)) / statistic(a, np.arange(a.size))
     ratios = np.array(
@@ -132,7 +146,8 @@ def ratio_band(a: LevelSample, b: LevelSample, statistic: Statistic, *, seed: in
     ratios = ratios[np.isfinite(ratios)]
     if not len(ratios):
         return Band(ratio=float(measured), lo=float("nan"), hi=float("nan"), drift=0.0)
-    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    tail = FAMILY_ALPHA / max(comparisons, 1) / 2 * 100
+    lo, hi = np.percentile(ratios, [tail, 100 - tail])
     drift = max(_drift(a, statistic), _drift(b, statistic))
     return Band(
         ratio=float(measured), lo=float(lo) * (1 - drift), hi=float(hi) * (1 + drift), drift=drift

@@ -127,7 +127,7 @@ def compare_runs(
 ) -> list[MetricDelta]:
     """Every metric at every load both runs measured, in load order."""
     by_load = {_load_key(s): s for s in a.summary.levels if s.completed != 0}
-    deltas = []
+    pairs: list[_Pair] = []
     for level_b in sorted(
         (s for s in b.summary.levels if s.completed != 0 and _load_key(s) in by_load),
         key=_load_key,
@@ -139,29 +139,49 @@ def compare_runs(
             if metric.single_only and level_a.max_concurrency != 1:
                 continue
             va, vb = metric.read(level_a), metric.read(level_b)
-            if va is None or vb is None or va <= 0:
-                continue
-            band, why_here = None, why
-            if sample_a is not None and sample_b is not None:
-                fewest = min(sample_a.size, sample_b.size)
-                if fewest < metric.min_requests:
-                    why_here = f"{fewest} requests, under the {metric.min_requests} it needs"
-                else:
-                    band = ratio_band(sample_a, sample_b, metric.statistic)
-                    if not np.isfinite(band.lo):
-                        band, why_here = None, "too few requests with that statistic"
-            deltas.append(
-                MetricDelta(
-                    metric=metric,
-                    load=load_text(level_b),
-                    a=va,
-                    b=vb,
-                    band=band,
-                    verdict=_verdict(metric, vb / va, band),
-                    why_no_band=why_here if band is None else None,
-                )
-            )
-    return deltas
+            if va is not None and vb is not None and va > 0:
+                pairs.append(_Pair(level_b, sample_a, sample_b, why, metric, va, vb))
+    banded = sum(
+        1 for pair in pairs if pair.fewest is not None and pair.fewest >= pair.metric.min_requests
+    )
+    return [pair.delta(comparisons=banded) for pair in pairs]
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """One metric at one load of both runs, before its band is drawn."""
+
+    level: LevelSummary
+    a: LevelSample | None
+    b: LevelSample | None
+    why: str
+    metric: CompareMetric
+    va: float
+    vb: float
+
+    @property
+    def fewest(self) -> int | None:
+        return None if self.a is None or self.b is None else min(self.a.size, self.b.size)
+
+    def delta(self, *, comparisons: int) -> MetricDelta:
+        """The change and its verdict, the band covering the family of `comparisons`."""
+        band, why = None, self.why
+        if self.a is not None and self.b is not None and self.fewest is not None:
+            if self.fewest < self.metric.min_requests:
+                why = f"{self.fewest} requests, under the {self.metric.min_requests} it needs"
+            else:
+                band = ratio_band(self.a, self.b, self.metric.statistic, comparisons=comparisons)
+                if not np.isfinite(band.lo):
+                    band, why = None, "too few requests with that statistic"
+        return MetricDelta(
+            metric=self.metric,
+            load=load_text(self.level),
+            a=self.va,
+            b=self.vb,
+            band=band,
+            verdict=_verdict(self.metric, self.vb / self.va, band),
+            why_no_band=why if band is None else None,
+        )
 
 
 def _verdict(metric: CompareMetric, ratio: float, band: Band | None) -> Verdict:
