@@ -327,18 +327,13 @@ def _against_machine(result: SpecCheck, spec: EngineSpec, probe: Path | None) ->
     from servelab.engines.check import check_against_machine
 
     if probe is not None:
-        try:
-            document = json.loads(probe.read_text())
-        except OSError as exc:
-            raise ConfigError(f"cannot read {probe}: {exc.strerror}") from None
-        except ValueError:
-            raise ConfigError(f"{probe} is not JSON") from None
-        if not isinstance(document, dict) or document.get("schema") != "servelab.probe/1":
-            raise ConfigError(f"{probe} is not a servelab probe document")
-        return check_against_machine(result, spec, document, source=str(probe), inherit=False)
+        from servelab.diagnose.inputs import read_probe
+
+        doc = read_probe(probe)
+        return check_against_machine(result, spec, doc.document, source=doc.source, inherit=False)
     from servelab.probe.collect import run_probe
 
-    report = run_probe()
+    report = run_probe(cuda=False)
     if report.gpus is None or not report.gpus.gpus:
         note = "settings not read against a machine: no NVIDIA GPU here (give --probe FILE)"
         return result.model_copy(update={"notes": [*result.notes, note]})

@@ -30,7 +30,7 @@ from servelab.store import (
 )
 from servelab.trace import TraceSummary
 
-__all__ = ["ProbeDoc", "RunFiles", "load_run"]
+__all__ = ["ProbeDoc", "RunFiles", "load_run", "read_probe"]
 
 _PROBE_SCHEMA = "servelab.probe/1"
 
@@ -82,7 +82,7 @@ def load_run(path: Path, *, engine: str | None = None, probe: Path | None = None
     events, events_source = _events(run, name)
     own = path / PROBE_FILE
     probe_path = probe if probe is not None else own if own.exists() else None
-    doc = _probe(probe_path) if probe_path is not None else None
+    doc = read_probe(probe_path) if probe_path is not None else None
     probe_source = str(probe_path) if doc else "no probe.json in the run and no --probe given"
     rows = [row for row in run.iter_jsonl(METRICS_FILE) if row.get("kind") == "metrics"]
     return RunFiles(
@@ -128,7 +128,8 @@ def _events(run: RunDir, engine: str | None) -> tuple[list[LogEvent] | None, str
     return scan_log(log, engine), f"{ENGINE_LOG_FILE} scanned as {engine}"
 
 
-def _probe(path: Path) -> ProbeDoc:
+def read_probe(path: Path) -> ProbeDoc:
+    """A `servelab probe` document from a file; a bad one is one ConfigError line."""
     if not path.exists():
         raise ConfigError(f"no probe file at {path}")
     document = _read_json(path, "probe file")

@@ -27,13 +27,15 @@ def run_probe(
     *,
     comm: bool = False,
     quick: bool = False,
+    cuda: bool = True,
     log_dir: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ProbeReport:
     """Facts (no load, seconds); with `comm`, the torch measurements too (a minute or two).
 
     A machine without an NVIDIA GPU or NVML is normal: its report holds the host facts
-    and the verdict "no NVIDIA GPU visible".
+    and the verdict "no NVIDIA GPU visible". `cuda=False` skips the CUDA driver check (a
+    child process and cuInit) for callers that read only the GPU facts.
     """
     say = progress or (lambda _message: None)
     started = time.perf_counter()
@@ -49,12 +51,14 @@ def run_probe(
         verdicts.append(no_gpu_verdict(nvml.reason))
     else:
         verdicts += gpu_verdicts(inventory, process_cpus=host.affinity, in_vm=virt.vm is not None)
-    say("checking that CUDA initialises (cuInit, in a child process)")
-    cuda = check_cuda()
-    if cuda is not None:
+    cuda_init = None
+    if cuda:
+        say("checking that CUDA initialises (cuInit, in a child process)")
+        cuda_init = check_cuda()
+    if cuda_init is not None:
         nvml_count = len(inventory.gpus) if inventory is not None else None
         verdicts += cuda_verdicts(
-            cuda, nvml_count=nvml_count, in_container=virt.container is not None
+            cuda_init, nvml_count=nvml_count, in_container=virt.container is not None
         )
     comm_results = None
     if comm:
@@ -74,7 +78,7 @@ def run_probe(
         virtualization=virt,
         nvml=nvml,
         gpus=inventory,
-        cuda=cuda,
+        cuda=cuda_init,
         comm=comm_results,
         verdicts=sorted(verdicts, key=lambda v: v.severity.rank),
     )
