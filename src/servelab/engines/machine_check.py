@@ -182,15 +182,12 @@ def _visible(value: str | None, machine: _Machine) -> tuple[list[int], list[str]
     indexes = [g.index for g in machine.gpus]
     if value is None:
         return indexes, []
+    entries = [entry.strip() for entry in value.split(",") if entry.strip()]
     visible: list[int] = []
-    for raw in value.split(","):
-        entry = raw.strip()
-        if not entry:
-            continue
+    for i, entry in enumerate(entries):
         match = _match_device(entry, machine)
         if match is None:
-            rest = [e.strip() for e in value.split(",") if e.strip()]
-            return visible, rest[rest.index(entry) :]
+            return visible, entries[i:]
         visible.append(match)
     return visible, []
 
