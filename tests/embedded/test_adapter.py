@@ -59,13 +59,13 @@ def test_command_runs_transformers_serve_with_this_python() -> None:
         engine="embedded",
         model="/models/tiny-abc",
         device="cpu",
+        knobs={"kv_cache_tokens": 1000, "max_batch_tokens": 512},
         extra_args=["--log-level", "info"],
     )
     argv = EmbeddedAdapter().command(spec, host="127.0.0.1", port=8123)
-    assert argv == [
-        sys.executable,
-        "-m",
-        "transformers.cli.transformers",
+    assert argv[:2] == [sys.executable, "-c"]
+    assert "ContinuousBatchingLogger" in argv[2] and "logging.INFO" in argv[2]
+    assert argv[3:] == [
         "serve",
         "/models/tiny-abc",
         "--continuous-batching",
@@ -75,8 +75,10 @@ def test_command_runs_transformers_serve_with_this_python() -> None:
         "8123",
         "--device",
         "cpu",
-        "--cb-max-memory-percent",
-        "0.05",
+        "--cb-num-blocks",
+        "4",
+        "--cb-max-batch-tokens",
+        "512",
         "--log-level",
         "info",
     ]
@@ -103,12 +105,38 @@ def test_transformers_serve_accepts_the_flags_we_pass() -> None:
         assert flag in result.stdout
 
 
-def test_the_cpu_kv_cache_is_bounded_unless_mem_fraction_says_otherwise():
-    from servelab.engines.base import EngineSpec, Knobs
-    from servelab.engines.embedded.adapter import CPU_KV_CACHE_FRACTION, _cpu_cache
+def test_the_cpu_launch_holds_no_memory_share_only_a_cache_in_tokens(tmp_path: Path) -> None:
+    """No share of the machine's memory reaches the CPU engine: the cache is given in
+    blocks, the batch tokens bounded so the masks fit (the demo's default launch)."""
+    adapter = EmbeddedAdapter(cache_dir=tmp_path)
+    prepared = adapter.preview(EngineSpec(engine="embedded"))
+    argv = adapter.command(prepared, host="127.0.0.1", port=1)
+    assert "--cb-max-memory-percent" not in argv
+    blocks = int(argv[argv.index("--cb-num-blocks") + 1])
+    batch = int(argv[argv.index("--cb-max-batch-tokens") + 1])
+    assert blocks * 256 == prepared.knobs.kv_cache_tokens == 32_768
+    assert batch * (blocks * 256 + batch) * 4 <= 512 * 2**20
 
-    cpu = EngineSpec(engine="embedded", model="/m", device="cpu")
-    assert _cpu_cache(cpu) == ["--cb-max-memory-percent", str(CPU_KV_CACHE_FRACTION)]
-    chosen = cpu.model_copy(update={"knobs": Knobs(mem_fraction=0.5)})
-    assert _cpu_cache(chosen) == []
-    assert _cpu_cache(cpu.model_copy(update={"device": "cuda"})) == []
+
+def test_a_cpu_memory_share_is_refused_in_one_line(tmp_path: Path) -> None:
+    adapter = EmbeddedAdapter(cache_dir=tmp_path)
+    share = EngineSpec(engine="embedded", knobs={"mem_fraction": 0.05})
+    with pytest.raises(ConfigError, match="kv_cache_tokens"):
+        adapter.preview(share)
+    native = EngineSpec(engine="embedded", extra_args=["--cb-max-memory-percent", "0.2"])
+    with pytest.raises(ConfigError, match="no memory share"):
+        adapter.preview(native)
+    gpu = adapter.preview(share.model_copy(update={"device": "cuda"}))
+    assert gpu.knobs.mem_fraction == 0.05 and gpu.knobs.kv_cache_tokens is None
+
+
+def test_the_cache_is_sized_twice_is_an_error() -> None:
+    spec = EngineSpec(
+        engine="embedded",
+        model="/m",
+        device="cpu",
+        knobs={"kv_cache_tokens": 4096},
+        extra_args=["--cb-num-blocks", "9"],
+    )
+    with pytest.raises(ConfigError, match="sized twice"):
+        EmbeddedAdapter().command(spec, host="127.0.0.1", port=1)

@@ -19,6 +19,7 @@ ALL_KNOBS = Knobs(
     prefix_cache=False,
     chunked_prefill_size=4096,
     mem_fraction=0.85,
+    kv_cache_tokens=65536,
     kv_cache_dtype="fp8_e4m3",
     quantization="modelopt_fp4",
     attention_backend="flashinfer",
@@ -75,6 +76,7 @@ def test_sglang_command_with_the_story_deployment():
         "--disable-radix-cache",
         "--chunked-prefill-size", "4096",
         "--mem-fraction-static", "0.85",
+        "--max-total-tokens", "65536",
         "--kv-cache-dtype", "fp8_e4m3",
         "--quantization", "modelopt_fp4",
         "--attention-backend", "flashinfer",
@@ -112,6 +114,7 @@ def test_vllm_command_with_every_knob_it_has():
         "--enforce-eager",
         "--no-enable-prefix-caching",
         "--gpu-memory-utilization", "0.85",
+        "--num-gpu-blocks-override", "4096",
         "--kv-cache-dtype", "fp8_e4m3",
         "--quantization", "modelopt_fp4",
         "--attention-backend", "flashinfer",
@@ -119,6 +122,17 @@ def test_vllm_command_with_every_knob_it_has():
         "--max-num-batched-tokens", "16384",
         "--max-model-len", "32768",
     ]  # fmt: skip
+
+
+def test_vllm_takes_the_cache_in_blocks_of_the_size_it_will_use(monkeypatch):
+    import servelab.engines.vllm as vllm_adapter
+
+    spec = EngineSpec(engine="vllm", model="m", knobs=Knobs(kv_cache_tokens=1000))
+    assert command(spec)[-2:] == ["--num-gpu-blocks-override", "63"]  # 16-token blocks
+    own = spec.model_copy(update={"extra_args": ["--block-size", "64"]})
+    assert command(own)[-4:] == ["--num-gpu-blocks-override", "16", "--block-size", "64"]
+    monkeypatch.setattr(vllm_adapter, "is_cpu_build", lambda _spec: True)
+    assert command(spec)[-2:] == ["--num-gpu-blocks-override", "8"]  # the CPU build's 128
 
 
 def test_vllm_prefix_cache_on_and_its_executable():
@@ -235,14 +249,18 @@ def test_transformers_command():
             quantization="bnb-4bit",
             attention_backend="sdpa",
             max_batch_tokens=512,
+            kv_cache_tokens=1000,
         ),
         extra_args=["--dtype", "bfloat16"],
     )
-    assert command(spec) == [
-        sys.executable, "-m", "transformers.cli.transformers", "serve", "Qwen/Qwen3-0.6B",
+    argv = command(spec)
+    assert argv[:2] == [sys.executable, "-c"] and "ContinuousBatchingLogger" in argv[2]
+    assert argv[3:] == [
+        "serve", "Qwen/Qwen3-0.6B",
         "--continuous-batching", "--host", HOST, "--port", "8123", "--device", "cuda:0",
         "--no-cb-use-cuda-graph",
         "--cb-max-memory-percent", "0.5",
+        "--cb-num-blocks", "4",
         "--quantization", "bnb-4bit",
         "--attn-implementation", "sdpa",
         "--cb-max-batch-tokens", "512",
@@ -289,7 +307,11 @@ LACKING = {
         "moe_backend",
         "max_model_len",
     ],
-    "sim": [k for k in KNOB_NAMES if k not in ("max_running_requests", "chunked_prefill_size")],
+    "sim": [
+        k
+        for k in KNOB_NAMES
+        if k not in ("max_running_requests", "chunked_prefill_size", "kv_cache_tokens")
+    ],
 }
 SAMPLE = ALL_KNOBS.model_dump()
 

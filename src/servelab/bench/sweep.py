@@ -26,6 +26,7 @@ from servelab.bench.results import LevelSummary, SweepStop
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
+    "DEFAULT_MAX_SOURCE",
     "KV_FULL_FRACTION",
     "LEVELS_PAST_KNEE",
     "MAX_FAILED_FRACTION",
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_CONCURRENCY = 1024
+DEFAULT_MAX_SOURCE = "servelab's default cap"
 LEVELS_PAST_KNEE = 2
 MAX_FAILED_FRACTION = 0.05
 MIN_GOOD_FRACTION = 0.90
@@ -50,7 +52,7 @@ class SweepPlan:
     start: int = 1
     factor: int = 2
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
-    max_source: str = "servelab's default cap"
+    max_source: str = DEFAULT_MAX_SOURCE
     """What set max_concurrency, for the stop's explanation."""
 
     @property

@@ -15,16 +15,26 @@ from pathlib import Path
 from typing import Any
 
 from servelab.bench.events import BenchEvent, Notice
+from servelab.bench.load import LoadMode
 from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
-from servelab.core.errors import ConfigError, EngineDied
+from servelab.bench.sweep import DEFAULT_MAX_SOURCE
+from servelab.bench.workload import DEFAULT_FIXED_OUTPUT_LEN, DEFAULT_OUTPUT_LEN, WorkloadSpec
+from servelab.core.errors import ConfigError, EndpointRejected, EngineDied, EngineNotServing
 from servelab.core.processes import describe_exit
 from servelab.engines.base import EngineSpec
 from servelab.engines.enginelog import log_tail
 from servelab.engines.launcher import RunningEngine
 from servelab.engines.profiler import ProfilerSupport
-from servelab.engines.signatures import EngineExit, LogScan
+from servelab.engines.signatures import (
+    SIGNATURES,
+    EngineExit,
+    EventSeverity,
+    LogEvent,
+    LogScan,
+    SignatureMatcher,
+)
 from servelab.engines.spec import spec_yaml
-from servelab.engines.watched import WatchedEngine, launch_watched
+from servelab.engines.watched import WatchedEngine, describe_event, launch_watched
 from servelab.store import RunDir
 
 __all__ = [
@@ -33,8 +43,10 @@ __all__ = [
     "engine_info",
     "engine_profiler",
     "for_engine",
+    "not_serving",
     "note_death",
     "save_engine_events",
+    "sized_for_load",
 ]
 
 DEATH_LOG_LINES = 20
@@ -50,6 +62,7 @@ def bench_engine(
     """Launch `spec`, run `config`'s sweep against it, stop it; `config.url` is replaced."""
     name = config.name or spec.served_name or spec.engine
     support = engine_profiler(spec) if config.torch_profile is not None else None
+    spec, config = sized_for_load(spec, config)
     run_dir = RunDir.create(name=name, out=config.out, root=config.runs_root)
     watched: WatchedEngine | None = None
     died: EngineExit | None = None
@@ -78,6 +91,10 @@ def bench_engine(
             log_stats=watched.log_stats,
             engine_exit=watched.engine.process.poll,
         )
+    except EndpointRejected as exc:
+        if watched is not None and (named := not_serving(watched, exc)) is not None:
+            raise named from exc
+        raise
     except EngineDied as exc:
         if watched is not None:
             died = note_death(watched, exc)
@@ -89,6 +106,89 @@ def bench_engine(
             watched.engine.stop()
             save_engine_events(run_dir, watched, died)
         run_dir.close()
+
+
+_FIXED_PROMPT_TOKENS = 64
+"""Room for the fixed prompt (a sentence) and the chat template around it."""
+
+
+def sized_for_load(spec: EngineSpec, config: BenchConfig) -> tuple[EngineSpec, BenchConfig]:
+    """`spec` with its cache sized for the load `config` sends, where the adapter sizes one
+    (the embedded engine on the CPU), and an adaptive sweep capped where that cache is full."""
+    from servelab.engines.registry import get_adapter
+
+    size = getattr(get_adapter(spec.engine), "size_for_load", None)
+    lengths = _request_lengths(config.workload)
+    if size is None or lengths is None:
+        return spec, config
+    sizing = size(
+        spec,
+        concurrency=_peak_concurrency(config),
+        input_len=lengths[0],
+        output_len=lengths[1],
+    )
+    if sizing is None:
+        return spec, config
+    sweep = config.sweep
+    if sweep is not None and sweep.adaptive and sizing.max_concurrency != sweep.max_concurrency:
+        sweep = replace(sweep, max_concurrency=sizing.max_concurrency, max_source=sizing.source)
+    return sizing.spec, replace(config, sweep=sweep)
+
+
+def _peak_concurrency(config: BenchConfig) -> int | None:
+    """The most requests the load holds at once; None: open loop, or the default sweep cap."""
+    if config.mode is not LoadMode.CONCURRENCY:
+        return None
+    sweep = config.sweep
+    if sweep is None:
+        return max(1, int(max(config.levels)))
+    if sweep.fixed:
+        return max(sweep.fixed)
+    return None if sweep.max_source == DEFAULT_MAX_SOURCE else sweep.max_concurrency
+
+
+def _request_lengths(workload: WorkloadSpec) -> tuple[int, int] | None:
+    """The longest prompt and output of a workload, where it says (not for a file's)."""
+    if workload.dataset == "random":
+        prompt = workload.input_len + workload.shared_prefix_len
+        return prompt, workload.output_len or DEFAULT_OUTPUT_LEN
+    if workload.dataset == "fixed":
+        return _FIXED_PROMPT_TOKENS, workload.output_len or DEFAULT_FIXED_OUTPUT_LEN
+    return None
+
+
+def not_serving(watched: WatchedEngine, rejected: EndpointRejected) -> EngineNotServing | None:
+    """The engine's own reason for refusing the first request, from its answer or its log
+    (its worker died sizing the cache, say); None when neither names one."""
+    engine = watched.engine.adapter.name
+    logged = watched.matcher.events if watched.matcher is not None else []
+    errors = [
+        event
+        for event in [*_answer_events(engine, rejected.body), *logged]
+        if event.severity is EventSeverity.ERROR
+    ]
+    if not errors:
+        return None
+    cause = min(errors, key=lambda event: _GENERIC_KINDS.count(event.kind.value))
+    return EngineNotServing(
+        f"{engine} started but refused its first request (HTTP {rejected.status}): "
+        f"{describe_event(cause)}",
+        log_path=str(watched.engine.log_path),
+    )
+
+
+def _answer_events(engine: str, body: str) -> list[LogEvent]:
+    """The engine's signatures matched in an HTTP answer, read as log lines."""
+    if engine not in SIGNATURES:
+        return []
+    matcher = SignatureMatcher(engine)
+    for line in body.splitlines():
+        matcher.feed(line)
+    return list(matcher.events)
+
+
+_GENERIC_KINDS = ("engine_error",)
+"""Kinds that say only that the engine failed: a specific cause ranks before them."""
 
 
 PROFILE_DIR = "profile"

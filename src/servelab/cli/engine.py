@@ -20,12 +20,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from servelab.cli.exit_codes import handle_errors
+from servelab.cli.options import check_range
 from servelab.core.errors import ConfigError
 from servelab.core.units import parse_duration_s
 from servelab.engines.base import KNOB_NAMES, EngineSpec
 
 if TYPE_CHECKING:
-    from servelab.engines.check import SpecCheck
+    from servelab.engines.check import CacheCheck, SpecCheck
 
 __all__ = ["engine_app"]
 
@@ -112,6 +113,16 @@ def check(
     no_machine: Annotated[
         bool, typer.Option("--no-machine", help="Do not read the settings against a machine.")
     ] = False,
+    input_len: Annotated[
+        int | None,
+        typer.Option(
+            help="Prompt tokens of the load: the KV cache servelab sizes (the embedded engine "
+            "on the CPU) must hold one such request with --output-len."
+        ),
+    ] = None,
+    output_len: Annotated[
+        int | None, typer.Option(help="Output tokens of the load (with --input-len).")
+    ] = None,
     json_output: JsonFlag = False,
 ) -> None:
     """Print the exact command and environment of a spec, check every flag, and read its
@@ -135,7 +146,12 @@ def check(
         spec = _spec(spec_path, fields, knob, env, extra_args)
         from servelab.engines.check import check_spec
 
-        result = check_spec(spec, use_installed=not recorded)
+        check_range("--input-len", input_len, low=1)
+        check_range("--output-len", output_len, low=1)
+        if (input_len is None) != (output_len is None):
+            raise ConfigError("--input-len and --output-len go together")
+        lengths = (input_len, output_len) if input_len and output_len else None
+        result = check_spec(spec, use_installed=not recorded, lengths=lengths)
         if not no_machine:
             result = _against_machine(result, spec, probe)
         if json_output:
@@ -147,6 +163,13 @@ def check(
             raise ConfigError(f"{result.engine} does not accept {flags}")
         if result.machine_errors:
             raise ConfigError(f"{result.machine_errors[0].title} (per {result.machine_source})")
+        if result.cache is not None and result.cache.holds_none:
+            need = (result.cache.input_len or 0) + (result.cache.output_len or 0)
+            raise ConfigError(
+                f"the KV cache of {result.cache.tokens:,} tokens cannot hold one request of "
+                f"{need:,} tokens",
+                hint=f"raise knobs.kv_cache_tokens to at least {need:,}",
+            )
 
 
 @engine_app.command("up")
@@ -354,6 +377,8 @@ def _print_check(out: Console, result: SpecCheck) -> None:
         out.print(escape(" ".join(filter(None, [env, shlex.join(result.command)]))))
     for note in result.notes:
         out.print(f"note    {escape(note)}")
+    if result.cache is not None:
+        out.print(f"cache   {_cache_words(result.cache)}")
     if result.flags_source is not None:
         if not result.unknown_flags:
             out.print(f"flags   all accepted, per {escape(result.flags_source)}")
@@ -374,6 +399,18 @@ def _print_check(out: Console, result: SpecCheck) -> None:
             out.print(f"           - {escape(line)}")
         out.print(f"           why: {escape(verdict.meaning)}")
         out.print(f"           fix: {escape(verdict.action)}")
+
+
+def _cache_words(cache: CacheCheck) -> str:
+    mib = 2**20
+    words = (
+        f"{cache.tokens:,} tokens ({cache.blocks} blocks, {cache.kv_bytes / mib:,.0f} MiB), "
+        f"{cache.batch_tokens:,} batch tokens ({cache.mask_bytes / mib:,.0f} MiB of masks)"
+    )
+    if cache.requests_held is not None:
+        size = (cache.input_len or 0) + (cache.output_len or 0)
+        words += f"; holds {cache.requests_held:,} requests of {size:,} tokens"
+    return words
 
 
 def _out() -> Console:

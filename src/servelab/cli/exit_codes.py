@@ -17,6 +17,7 @@ from servelab.core.errors import (
     EndpointError,
     EngineDied,
     EngineLaunchError,
+    EngineNotServing,
     EngineSetupError,
     Interrupted,
     ServelabError,
@@ -77,6 +78,9 @@ def handle_errors(err: Console) -> Iterator[None]:
         if exc.log_path:
             lines.append(f"full log: {exc.log_path}")
         _fail(err, "\n".join(lines), ExitCode.ENGINE_FAILED)
+    except EngineNotServing as exc:
+        where = f" (full log: {exc.log_path})" if exc.log_path else ""
+        _fail(err, f"error: {exc}{where}", ExitCode.ENGINE_FAILED)
     except EngineSetupError as exc:
         _fail(err, f"error: {exc}", ExitCode.ENGINE_FAILED)
     except EngineDied as exc:

@@ -28,6 +28,7 @@ from servelab.cli.progress import SweepView
 from servelab.cli.report import Targets, Title
 from servelab.core.errors import ConfigError
 from servelab.core.units import parse_duration_s, parse_number_list, parse_slos
+from servelab.engines.embedded.cache import EMBEDDED_CPU_MAX_CONCURRENCY
 from servelab.engines.embedded.presets import DEFAULT_PRESET
 from servelab.engines.spec import load_spec
 from servelab.pipeline.run import (
@@ -68,7 +69,9 @@ def run(
         int | None,
         typer.Option(
             help="The auto sweep's last level at most. Default: the model's KV capacity at "
-            f"these lengths where known, else {DEFAULT_MAX_CONCURRENCY}."
+            f"these lengths where known, else {DEFAULT_MAX_CONCURRENCY}; the embedded engine "
+            f"on the CPU: {EMBEDDED_CPU_MAX_CONCURRENCY}, its KV cache sized in tokens for it "
+            "(knobs.kv_cache_tokens)."
         ),
     ] = None,
     slo: Annotated[

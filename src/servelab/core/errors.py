@@ -7,6 +7,7 @@ ServelabError
 │   ├── EndpointUnreachable  nothing answers at the URL
 │   └── EndpointRejected     it answers, but refuses every request we can make
 ├── EngineLaunchError        an engine died or never became ready while starting
+├── EngineNotServing         an engine started, but its log says why it cannot serve
 ├── EngineSetupError         an engine's prerequisites are missing (extras, model files)
 └── Interrupted              Ctrl-C; partial results were kept
 ```
@@ -23,6 +24,7 @@ __all__ = [
     "EndpointRejected",
     "EndpointUnreachable",
     "EngineLaunchError",
+    "EngineNotServing",
     "EngineSetupError",
     "Interrupted",
     "ServelabError",
@@ -73,6 +75,15 @@ class EngineLaunchError(ServelabError):
         self.log_tail = log_tail or []
         self.findings: list[str] = []
         """Known log signatures that explain the failure, each with what to try."""
+
+
+class EngineNotServing(ServelabError):
+    """The engine answered its health check but refused the first request, and its log (or
+    its answer) names why: a worker that died sizing its cache, say."""
+
+    def __init__(self, message: str, *, log_path: str | None = None) -> None:
+        super().__init__(message)
+        self.log_path = log_path
 
 
 class EngineSetupError(ServelabError):

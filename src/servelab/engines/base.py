@@ -64,6 +64,13 @@ class Knobs(BaseModel):
     mem_fraction: float | None = Field(
         default=None, gt=0, le=1, description="Fraction of GPU memory the engine may take."
     )
+    kv_cache_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="KV cache size in tokens, never as a share of memory (each engine's own "
+        "flag: transformers --cb-num-blocks, vLLM --num-gpu-blocks-override, SGLang "
+        "--max-total-tokens).",
+    )
     kv_cache_dtype: str | None = Field(default=None, description="KV cache data type (fp8_e4m3).")
     quantization: str | None = Field(default=None, description="Weight quantization method.")
     attention_backend: str | None = Field(default=None, description="Attention kernels.")

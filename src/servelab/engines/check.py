@@ -28,7 +28,26 @@ from servelab.engines.machine_check import machine_verdicts
 from servelab.engines.registry import get_adapter
 from servelab.probe.verdict import Severity, Verdict
 
-__all__ = ["SpecCheck", "check_against_machine", "check_spec"]
+__all__ = ["CacheCheck", "SpecCheck", "check_against_machine", "check_spec"]
+
+
+class CacheCheck(BaseModel):
+    """The KV cache a launch builds where servelab sizes it (the embedded engine on the CPU)."""
+
+    tokens: int = Field(description="Readable cache tokens, in whole blocks.")
+    blocks: int
+    batch_tokens: int = Field(description="Tokens one scheduler step takes at most.")
+    kv_bytes: int = Field(description="The cache tensor.")
+    mask_bytes: int = Field(description="The attention masks: batch x (cache + batch) tokens.")
+    input_len: int | None = None
+    output_len: int | None = None
+    requests_held: int | None = Field(
+        default=None, description="Requests of input_len + output_len held at once."
+    )
+
+    @property
+    def holds_none(self) -> bool:
+        return self.requests_held is not None and self.requests_held < 1
 
 
 class SpecCheck(BaseModel):
@@ -51,11 +70,16 @@ class SpecCheck(BaseModel):
     machine: list[Verdict] = Field(
         default_factory=list, description="Settings the machine contradicts, worst first."
     )
+    cache: CacheCheck | None = Field(
+        default=None, description="The KV cache servelab sizes for this launch, if it does."
+    )
 
     @property
     def ok(self) -> bool:
-        """Every flag accepted and no setting the machine rules out (errors, not warnings)."""
-        return not self.unknown_flags and not self.machine_errors
+        """Every flag accepted, no setting the machine rules out (errors, not warnings), and
+        a cache that holds at least one request of the lengths asked."""
+        cache_empty = self.cache is not None and self.cache.holds_none
+        return not self.unknown_flags and not self.machine_errors and not cache_empty
 
     @property
     def machine_errors(self) -> list[Verdict]:
@@ -84,8 +108,16 @@ def check_against_machine(
     return check.model_copy(update={"machine_source": source, "machine": verdicts})
 
 
-def check_spec(spec: EngineSpec, *, use_installed: bool = True) -> SpecCheck:
-    """Build the command `spec` launches and check its flags; raises ConfigError on a bad spec."""
+def check_spec(
+    spec: EngineSpec,
+    *,
+    use_installed: bool = True,
+    lengths: tuple[int, int] | None = None,
+) -> SpecCheck:
+    """Build the command `spec` launches and check its flags; raises ConfigError on a bad spec.
+
+    With `lengths` (prompt and output tokens), a cache servelab sizes is checked to hold
+    one such request."""
     adapter = get_adapter(spec.engine)
     host = spec.host or LOCALHOST
     if not adapter.launches:
@@ -109,6 +141,7 @@ def check_spec(spec: EngineSpec, *, use_installed: bool = True) -> SpecCheck:
         host=host,
         port=port,
         port_from_spec=resolved.port is not None,
+        cache=_cache(adapter, spec, lengths),
     )
     cli: CliFlags | None = getattr(adapter, "cli", None)
     program = getattr(adapter, "program", None)
@@ -129,3 +162,23 @@ def check_spec(spec: EngineSpec, *, use_installed: bool = True) -> SpecCheck:
     check.flags_source = accepted.source
     check.unknown_flags = unknown_flags(command[len(head) :], accepted, cli)
     return check
+
+
+def _cache(adapter: Any, spec: EngineSpec, lengths: tuple[int, int] | None) -> CacheCheck | None:
+    kv_cache = getattr(adapter, "kv_cache", None)
+    built = kv_cache(spec) if kv_cache is not None else None
+    if built is None:
+        return None
+    check = CacheCheck(
+        tokens=built.tokens,
+        blocks=built.blocks,
+        batch_tokens=built.batch_tokens,
+        kv_bytes=built.kv_bytes,
+        mask_bytes=built.mask_bytes,
+    )
+    if lengths is None:
+        return check
+    held = built.requests_held(*lengths)
+    return check.model_copy(
+        update={"input_len": lengths[0], "output_len": lengths[1], "requests_held": held}
+    )

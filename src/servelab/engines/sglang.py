@@ -31,6 +31,7 @@ KNOB_FLAGS: dict[str, FlagRule] = {
     "prefix_cache": switch(off=["--disable-radix-cache"]),
     "chunked_prefill_size": value("--chunked-prefill-size"),
     "mem_fraction": value("--mem-fraction-static"),
+    "kv_cache_tokens": value("--max-total-tokens"),
     "kv_cache_dtype": value("--kv-cache-dtype"),
     "quantization": value("--quantization"),
     "attention_backend": value("--attention-backend"),

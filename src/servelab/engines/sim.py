@@ -22,6 +22,7 @@ LAYOUT_FLAGS: dict[str, FlagRule] = {
 KNOB_FLAGS: dict[str, FlagRule] = {
     "max_running_requests": value("--max-running-requests"),
     "chunked_prefill_size": value("--chunked-prefill-size"),
+    "kv_cache_tokens": value("--kv-capacity-tokens"),
 }
 
 

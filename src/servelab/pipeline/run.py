@@ -22,15 +22,22 @@ from servelab.bench.trial import (
     engine_info,
     engine_profiler,
     for_engine,
+    not_serving,
     note_death,
     save_engine_events,
+    sized_for_load,
 )
 from servelab.bench.workload import WorkloadSpec
-from servelab.core.errors import ConfigError, EngineDied, Interrupted, ServelabError
+from servelab.core.errors import (
+    ConfigError,
+    EndpointRejected,
+    EngineDied,
+    Interrupted,
+    ServelabError,
+)
 from servelab.core.net import ensure_listening
 from servelab.diagnose import DiagnoseOptions, Diagnosis, Knee, diagnose_run, find_knee
 from servelab.engines.base import EngineSpec
-from servelab.engines.launcher import RunningEngine
 from servelab.engines.signatures import EngineExit
 from servelab.engines.watched import WatchedEngine, launch_watched
 from servelab.pipeline.limits import kv_room
@@ -119,14 +126,17 @@ def run_pipeline(
         on_event(Notice("probing the machine"))
         probe = run_probe()
         run_dir.write_probe(probe)
+        bench = _bench_config(config, name, _sweep_plan(config, spec, probe))
         if config.url is None:
+            spec, bench = sized_for_load(spec, bench)
             watched = launch_watched(
                 spec,
                 log_path=run_dir.engine_log_path,
                 on_status=lambda message: on_event(Notice(message)),
             )
         engine = watched.engine if watched else None
-        bench = _bench_config(config, name, engine, _sweep_plan(config, spec, probe))
+        if engine is not None:
+            bench = for_engine(bench, engine, metrics=config.metrics)
         if support is not None and engine is not None and config.torch_profile is not None:
             plan = ProfilePlan(
                 level=config.torch_profile,
@@ -145,6 +155,10 @@ def run_pipeline(
                 log_stats=watched.log_stats if watched else None,
                 engine_exit=watched.engine.process.poll if watched else None,
             )
+        except EndpointRejected as rejected:
+            if watched is not None and (named := not_serving(watched, rejected)) is not None:
+                raise named from rejected
+            raise
         except (Interrupted, EngineDied) as stopped:
             died = None
             if watched is not None and isinstance(stopped, EngineDied):
@@ -193,21 +207,19 @@ def _sweep_plan(config: RunConfig, spec: EngineSpec, probe: ProbeReport) -> Swee
     return SweepPlan(max_concurrency=room[0], max_source=room[1])
 
 
-def _bench_config(
-    config: RunConfig, name: str, engine: RunningEngine | None, plan: SweepPlan
-) -> BenchConfig:
+def _bench_config(config: RunConfig, name: str, plan: SweepPlan) -> BenchConfig:
+    """The sweep's settings; aimed at `config.url`, or (by `for_engine`) at the launched engine."""
     workload = WorkloadSpec(
         dataset="random",
         input_len=config.input_len,
         output_len=config.output_len,
         seed=config.seed,
     )
-    url = engine.url if engine is not None else config.url
-    assert url is not None
-    bench = BenchConfig(
+    url = config.url or ""
+    return BenchConfig(
         url=url,
         model=config.model,
-        metrics_url=url if config.metrics else None,
+        metrics_url=url if config.metrics and url else None,
         mode=LoadMode.CONCURRENCY,
         sweep=plan,
         slo_ms=config.slo_ms,
@@ -219,7 +231,6 @@ def _bench_config(
         command=config.command,
         gpus=config.gpus,
     )
-    return bench if engine is None else for_engine(bench, engine, metrics=config.metrics)
 
 
 def _write_report(

@@ -9,7 +9,15 @@ from servelab.core.errors import ConfigError
 from servelab.engines.base import EngineSpec
 from servelab.engines.embedded._deps import require_local_extra
 from servelab.engines.embedded.build import ensure_model, model_dir
-from servelab.engines.embedded.presets import DEFAULT_PRESET, get_preset
+from servelab.engines.embedded.cache import (
+    CpuCache,
+    LoadSizing,
+    cache_for,
+    cpu_cache_knobs,
+    refuse_memory_share,
+    size_for_load,
+)
+from servelab.engines.embedded.presets import DEFAULT_PRESET, EmbeddedPreset, get_preset
 from servelab.engines.transformers_serve import (
     TRANSFORMERS_CLI,
     transformers_program,
@@ -54,13 +62,36 @@ class EmbeddedAdapter:
         preset = get_preset(spec.model or DEFAULT_PRESET)
         require_local_extra(serving=True)
         folder = ensure_model(preset.name, cache_dir=self._cache_dir)
-        return _pointed_at(spec, folder, spec.device or preset.device)
+        return _pointed_at(spec, preset, folder)
 
     def preview(self, spec: EngineSpec) -> EngineSpec:
         """The spec `prepare` would return, without building the model (for `engine check`)."""
         preset = get_preset(spec.model or DEFAULT_PRESET)
         folder = model_dir(preset.name, cache_dir=self._cache_dir)
-        return _pointed_at(spec, folder, spec.device or preset.device)
+        return _pointed_at(spec, preset, folder)
+
+    def size_for_load(
+        self, spec: EngineSpec, *, concurrency: int | None, input_len: int, output_len: int
+    ) -> LoadSizing | None:
+        """Before `prepare`, on the CPU: the cache in tokens for this load (see
+        `embedded.cache`); None on a GPU, where the engine sizes its own unless the spec sets
+        a knob."""
+        preset = get_preset(spec.model or DEFAULT_PRESET)
+        if (spec.device or preset.device) != "cpu":
+            return None
+        refuse_memory_share(spec)
+        return size_for_load(
+            spec, preset, concurrency=concurrency, input_len=input_len, output_len=output_len
+        )
+
+    def kv_cache(self, spec: EngineSpec) -> CpuCache | None:
+        """The cache a launch of `spec` (before `prepare`) builds on the CPU, by the adapter's
+        own numbers; None on a GPU, where the engine sizes it from free memory."""
+        preset = get_preset(spec.model or DEFAULT_PRESET)
+        resolved = self.preview(spec)
+        if resolved.device != "cpu" or resolved.knobs.kv_cache_tokens is None:
+            return None
+        return cache_for(preset, resolved.knobs.kv_cache_tokens, resolved.knobs.max_batch_tokens)
 
     def program(self, spec: EngineSpec) -> list[str]:
         return transformers_program(spec)
@@ -79,13 +110,18 @@ class EmbeddedAdapter:
             str(port),
             "--device",
             spec.device,
-            *_cpu_cache(spec),
             *transformers_tuning(self.name, spec),
             *spec.extra_args,
         ]
 
 
-def _pointed_at(spec: EngineSpec, folder: Path, device: str) -> EngineSpec:
+def _pointed_at(spec: EngineSpec, preset: EmbeddedPreset, folder: Path) -> EngineSpec:
+    """The spec at its model folder; on the CPU with the cache in tokens (never a share of
+    memory): the spec's kv_cache_tokens, else a fixed default that fits a small machine."""
+    device = spec.device or preset.device
+    if device == "cpu":
+        refuse_memory_share(spec)
+        spec = cpu_cache_knobs(spec, preset, None)
     return spec.model_copy(
         update={
             "model": str(folder),
@@ -94,21 +130,6 @@ def _pointed_at(spec: EngineSpec, folder: Path, device: str) -> EngineSpec:
             "env": {**SERVER_ENV, **_cpu_threads(device), **spec.env},
         }
     )
-
-
-CPU_KV_CACHE_FRACTION = 0.05
-"""Share of free memory the KV cache may take on the CPU (the `mem_fraction` knob wins).
-
-transformers' continuous batching sizes its paged cache from free memory, 60-90% of it by
-default: two CPU engines side by side (a test's engine and `servelab run`'s) then ask for
-more than the machine has and one is killed. 5% of a few GiB holds thousands of tokens
-of the tiny preset's cache."""
-
-
-def _cpu_cache(spec: EngineSpec) -> list[str]:
-    if spec.device != "cpu" or spec.knobs.mem_fraction is not None:
-        return []
-    return ["--cb-max-memory-percent", str(CPU_KV_CACHE_FRACTION)]
 
 
 def _cpu_threads(device: str) -> dict[str, str]:
