@@ -2,7 +2,13 @@
 
 The fixture logs in data/logs are lines in the engines' own formats (taken from their
 sources and from logs posted in public issues) with the story's values filled in;
-embedded_startup.log is a real `transformers serve` log written on this machine.
+embedded_startup.log is a real `transformers serve` log written on this machine, and the
+other embedded_*.log are real logs of transformers serve 5.24.0 with its continuous-batching
+logger at INFO on the CPU: embedded_serving.log as servelab's launcher wrote it (stamped,
+`--cb-num-blocks 320 --cb-max-batch-tokens 1024`), embedded_cache_sizing_failed.log with
+`--cb-max-memory-percent 0.0005` and embedded_cache_footprint.log with that and
+`--cb-num-blocks 4000` (interpreter paths shortened). data/http holds the bodies that server
+answered with after its worker died, byte for byte.
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ from servelab.engines.signatures import (
     LogScan,
     SignatureMatcher,
     scan_log,
+    scan_text,
 )
 
 LOGS = Path(__file__).parent / "data" / "logs"
+BODIES = Path(__file__).parent / "data" / "http"
 
 SG_MOE_DIR = (
     "/usr/local/lib/python3.12/dist-packages/sglang/srt/layers/moe/fused_moe_triton/configs/"
@@ -281,12 +289,84 @@ SGLANG_CRASH: Expected = [
 
 EMBEDDED_STARTUP: Expected = [(5, "uvicorn.startup_complete", 1, {})]
 
+# What transformers decides when the first request builds its continuous-batching manager.
+_TF_NO_FLASH = ("transformers.no_flash_attention", 1, {"flash_attention": False})
+_TF_GRAPHS = (
+    "transformers.cuda_graphs",
+    1,
+    {"cuda_graph_varlen": False, "cuda_graph_decode": False},
+)
+_TF_GRAPHS_OFF = ("transformers.cuda_graphs_off", 1, {"varlen": False, "decode": False})
+_TF_ASYNC = (
+    "transformers.async_batching",
+    1,
+    {"use_async_batching": False, "use_cuda_graphs": False, "is_attn_mask_needed": True},
+)
+_TF_STARVED_MEMORY = ("transformers.memory_for_cache", 1, {"available_gib": 4 / 1024})
+
+
+def _at(line: int, event: tuple[str, int, dict[str, object]]) -> tuple[int, str, int, dict]:
+    return (line, *event)
+
+
+EMBEDDED_SERVING: Expected = [
+    (7, "uvicorn.startup_complete", 1, {}),
+    _at(14, _TF_NO_FLASH),
+    _at(15, _TF_GRAPHS),
+    _at(15, _TF_GRAPHS_OFF),
+    _at(16, _TF_ASYNC),
+    # 4952 MB, as `available_memory // 1024**2`: MiB.
+    (17, "transformers.memory_for_cache", 1, {"available_gib": 4952 / 1024}),
+    (
+        18,
+        "transformers.paged_cache_initialized",
+        1,
+        {"max_batch_tokens": 1024, "num_sectors": 320, "mib_per_sector": 0},
+    ),
+]
+
+_TF_STARVED_START: Expected = [
+    (5, "uvicorn.startup_complete", 1, {}),
+    _at(10, _TF_NO_FLASH),
+    _at(11, _TF_GRAPHS),
+    _at(11, _TF_GRAPHS_OFF),
+    _at(12, _TF_ASYNC),
+    _at(14, _TF_STARVED_MEMORY),
+]
+
+# The ERROR line and the traceback's last line are one event; the `raise` source line
+# between them is skipped.
+EMBEDDED_SIZING_FAILED: Expected = [
+    *_TF_STARVED_START,
+    (
+        15,
+        "transformers.cache_sizing_invalid",
+        2,
+        {"max_batch_tokens": 8192, "num_sectors": -34},
+    ),
+    (15, "transformers.generation_failed", 1, {}),
+]
+
+EMBEDDED_FOOTPRINT: Expected = [
+    *_TF_STARVED_START,
+    (
+        15,
+        "transformers.cache_footprint_too_large",
+        2,
+        {"footprint_bytes": 38606667776, "available_bytes": 4327018},
+    ),
+    (15, "transformers.generation_failed", 1, {}),
+]
+
 FIXTURES = [
     ("sglang_startup.log", "sglang", SGLANG_STARTUP),
     ("vllm_startup.log", "vllm", VLLM_STARTUP),
     ("vllm_oom.log", "vllm", VLLM_OOM),
     ("sglang_crash.log", "sglang", SGLANG_CRASH),
     ("embedded_startup.log", "embedded", EMBEDDED_STARTUP),
+    ("embedded_serving.log", "embedded", EMBEDDED_SERVING),
+    ("embedded_cache_sizing_failed.log", "embedded", EMBEDDED_SIZING_FAILED),
+    ("embedded_cache_footprint.log", "transformers", EMBEDDED_FOOTPRINT),
 ]
 
 
@@ -554,6 +634,29 @@ NOISE = [
         "GenerationConfig. Setting to -1 (disabled).",
     ),
     ("embedded", 'INFO:     127.0.0.1:39692 - "POST /v1/chat/completions HTTP/1.1" 200 OK'),
+    (
+        "embedded",
+        "2026-12-02 00:49:28,208 - ContinuousBatchingLogger - INFO - Found no user-specified seed "
+        "in the config. Setting the config seed to: 3101641970.",
+    ),
+    (
+        "embedded",
+        "2026-12-02 00:50:15,406 - ContinuousBatchingLogger - INFO - Rank 0 requested background "
+        "thread to stop with status = 2. Now self._local_status = 2",
+    ),
+    (
+        "embedded",
+        "2026-12-02 00:50:15,406 - ContinuousBatchingLogger - INFO - Generation loop finished and "
+        "background thread exited successfully.",
+    ),
+    (
+        "embedded",
+        '    raise ValueError(f"Invalid values: {max_batch_tokens = }, {num_sectors = }")',
+    ),
+    (
+        "embedded",
+        'INFO:     127.0.0.1:57488 - "POST /v1/chat/completions HTTP/1.1" 503 Service Unavailable',
+    ),
     ("sim", "simulator worker 0 listening on http://127.0.0.1:41237"),
     ("sim", "GET /v1/models answered error: none"),
 ]
@@ -601,6 +704,85 @@ def test_every_kind_has_a_signature():
     kinds = {sig.kind for sigs in SIGNATURES.values() for sig in sigs}
 
     assert kinds == set(EventKind)
+
+
+def test_the_engine_s_cache_and_batch_budget_come_out_of_a_served_log():
+    events = {e.kind: e for e in scan_log(LOGS / "embedded_serving.log", "embedded")}
+
+    cache = events[EventKind.KV_CACHE_CAPACITY]
+    assert (cache.fields["num_sectors"], cache.fields["max_batch_tokens"]) == (320, 1024)
+    assert cache.line_no == 18 and cache.t_unix is not None  # the launcher's UTC stamp
+    assert cache.text.endswith("mb_per_sector = 0")
+
+
+@pytest.mark.parametrize(
+    ("body", "signatures", "fields"),
+    [
+        (
+            "transformers_503_sizing_invalid.json",
+            ["transformers.cache_sizing_invalid", "transformers.cb_worker_dead"],
+            {"max_batch_tokens": 8192, "num_sectors": -34},
+        ),
+        (
+            "transformers_503_footprint.json",
+            ["transformers.cache_footprint_too_large", "transformers.cb_worker_dead"],
+            {"footprint_bytes": 38606667776, "available_bytes": 4327018},
+        ),
+        (
+            "transformers_stream_sizing_invalid.txt",
+            ["transformers.cache_sizing_invalid"],
+            {"max_batch_tokens": 8192, "num_sectors": -34},
+        ),
+    ],
+)
+def test_scan_text_names_the_cause_of_a_dead_worker(
+    body: str, signatures: list[str], fields: dict[str, object]
+):
+    events = scan_text("embedded", (BODIES / body).read_text(encoding="utf-8"))
+
+    assert sorted(e.signature for e in events) == signatures
+    (sizing,) = [e for e in events if e.kind is EventKind.KV_CACHE_SIZING_FAILED]
+    assert sizing.fields == fields
+    assert sizing.severity is EventSeverity.ERROR
+
+
+def test_the_503_body_s_cause_is_kept_without_the_request_id():
+    body = (BODIES / "transformers_503_sizing_invalid.json").read_text()
+
+    dead = next(e for e in scan_text("transformers", body) if e.kind is EventKind.ENGINE_ERROR)
+
+    assert dead.signature == "transformers.cb_worker_dead"
+    assert dead.fields == {"detail": "Invalid values: max_batch_tokens = 8192, num_sectors = -34"}
+    assert dead.line_no == 1
+
+
+def test_refused_requests_are_one_dead_worker_event_counted():
+    matcher = SignatureMatcher("embedded")
+    for request in ("45159120-62f1", "9328118c-b545"):
+        matcher.feed(
+            f'{{"error":"CB worker is dead and cannot accept request {request}: Invalid '
+            'values: max_batch_tokens = 8192, num_sectors = -34"}'
+        )
+    matcher.feed((BODIES / "transformers_health_503.json").read_text())
+
+    dead = [e for e in matcher.events if e.kind is EventKind.ENGINE_ERROR]
+    assert [(e.signature, e.count) for e in dead] == [
+        ("transformers.cb_worker_dead", 2),
+        ("transformers.cb_worker_dead", 1),
+    ]
+    assert matcher.counts[EventKind.KV_CACHE_SIZING_FAILED] == 2
+
+
+def test_scan_text_of_an_unrelated_body_is_empty():
+    assert scan_text("embedded", '{"error":"model not found"}\n') == []
+
+
+def test_sizing_advice_names_servelab_s_knobs():
+    advice = KIND_INFO[EventKind.KV_CACHE_SIZING_FAILED].advice
+
+    assert "knobs.kv_cache_tokens" in advice and "--cb-num-blocks" in advice
+    assert "knobs.max_batch_tokens" in advice and "--cb-max-batch-tokens" in advice
+    assert "documentation" not in advice
 
 
 def test_embedded_is_transformers_serve():

@@ -3,8 +3,15 @@
 The knob maps of the engine adapters say both ways: which flag sets a knob (so an action
 can name the engine's own flag) and which flag in a command means a knob was set (so a
 rule can read `--max-running-requests 64` back). The log's resolved settings (SGLang's
-`server_args` and scheduler limits, vLLM's non-default args, KV cache size) come second:
-they hold what the engine chose by default.
+`server_args` and scheduler limits, vLLM's non-default args and KV cache size,
+transformers' `Paged cache initialized` and cuda-graph choice) come second: they hold
+what the engine chose by default.
+
+transformers serve sizes its cache in sectors, not tokens. A sector is the least common
+multiple of every attention group's block (one block: `--cb-block-size` tokens, 256 by
+default, of every layer of the group) and 128 bytes; for a model with only full attention
+that is one block, so the cache holds `num_sectors` x block size tokens. Sliding-window
+layers make a sector hold more full-attention blocks: the count is then a lower bound.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import Any, Generic, TypeVar
 
 from servelab.engines.knobs import FlagRule
 from servelab.engines.signatures import EventKind, LogEvent
+from servelab.engines.transformers_serve import CB_BLOCK_TOKENS
 
 __all__ = ["EngineConfig", "Setting", "engine_config", "knob_flags"]
 
@@ -31,7 +39,9 @@ _KNOB_ENGINE = {
 # Log fields that hold a setting, by the setting.
 _RUNNING_CAP_FIELDS = ("max_running_requests", "max_num_seqs")
 _TP_FIELDS = ("tp_size", "tensor_parallel_size")
+_BATCH_TOKEN_FIELDS = ("max_batch_tokens", "max_num_batched_tokens", "max_prefill_tokens")
 _GRAPHS_OFF_FIELDS = ("disable_cuda_graph", "enforce_eager")
+_TF_BLOCK_FLAG = "--cb-block-size"
 _PREFILL_PHASES = ("prefill", "piecewise")
 
 
@@ -55,6 +65,8 @@ class EngineConfig:
     cuda_graphs: Setting[bool] | None = None
     tp: Setting[int] | None = None
     kv_capacity_tokens: Setting[int] | None = None
+    max_batch_tokens: Setting[int] | None = None
+    kv_memory_gib: Setting[float] | None = None
     kv_full: list[LogEvent] = field(default_factory=list)
 
     def flags(self, knob: str, value: Any) -> list[str] | None:
@@ -96,7 +108,10 @@ def engine_config(
         or _int_from_log(events, _RUNNING_CAP_FIELDS),
         cuda_graphs=_switch_from_command(command, knobs.get("cuda_graphs")) or _graphs(events),
         tp=_int_from_command(command, layout.get("tp")) or _int_from_log(events, _TP_FIELDS),
-        kv_capacity_tokens=_kv_capacity(events),
+        kv_capacity_tokens=_kv_capacity(events, _block_tokens(engine, command)),
+        max_batch_tokens=_int_from_command(command, knobs.get("max_batch_tokens"))
+        or _int_from_log(events, _BATCH_TOKEN_FIELDS),
+        kv_memory_gib=_kv_memory(events),
         kv_full=[e for e in events if e.kind is EventKind.KV_CACHE_FULL],
     )
 
@@ -148,6 +163,9 @@ def _int_from_log(events: list[LogEvent], names: tuple[str, ...]) -> Setting[int
 def _graphs(events: list[LogEvent]) -> Setting[bool] | None:
     """Whether decode steps replay CUDA graphs (graphs off only for prefill do not count)."""
     for event in events:
+        decode = event.fields.get("cuda_graph_decode")  # transformers' (varlen, decode) choice
+        if isinstance(decode, bool):
+            return Setting(decode, f"{_line(event)}: cuda graphs on the decode path: {decode}")
         phase = event.fields.get("phase")
         if event.kind is EventKind.CUDA_GRAPH_DISABLED and phase not in _PREFILL_PHASES:
             return Setting(False, _line(event))
@@ -160,8 +178,17 @@ def _graphs(events: list[LogEvent]) -> Setting[bool] | None:
     return None
 
 
-def _kv_capacity(events: list[LogEvent]) -> Setting[int] | None:
-    """The cache's size in tokens: as printed, or as blocks times the configured block size."""
+def _block_tokens(engine: str | None, command: list[str]) -> int | None:
+    """transformers' tokens per block (its `page_size`): the command's, else its default."""
+    if _KNOB_ENGINE.get(engine or "") != "transformers":
+        return None
+    text = _value_of(command, _TF_BLOCK_FLAG)
+    return int(text) if text is not None and text.isdigit() and int(text) > 0 else CB_BLOCK_TOKENS
+
+
+def _kv_capacity(events: list[LogEvent], block_tokens: int | None) -> Setting[int] | None:
+    """The cache's size in tokens: as printed, as blocks times the configured block size, or
+    (transformers) as sectors of one block each."""
     block_size = next(
         (
             value
@@ -181,4 +208,20 @@ def _kv_capacity(events: list[LogEvent]) -> Setting[int] | None:
         if isinstance(blocks, int) and blocks > 0 and block_size is not None:
             tokens = blocks * block_size
             return Setting(tokens, f"{_line(event)}: {blocks} blocks of {block_size} tokens")
+        sectors = event.fields.get("num_sectors")
+        if isinstance(sectors, int) and sectors > 0 and block_tokens is not None:
+            return Setting(
+                sectors * block_tokens,
+                f"{_line(event)}: Paged cache initialized, {sectors} sectors of "
+                f"{block_tokens} tokens (one block each with full attention only)",
+            )
+    return None
+
+
+def _kv_memory(events: list[LogEvent]) -> Setting[float] | None:
+    """Memory the engine gave its KV cache (vLLM) or sized it from (transformers), GiB."""
+    for event in events:
+        value = event.fields.get("available_gib")
+        if event.kind is EventKind.KV_CACHE_MEMORY and isinstance(value, float | int):
+            return Setting(float(value), f"{_line(event)}: {value:.3g} GiB available")
     return None

@@ -6,7 +6,8 @@ The decisive facts of a deployment are often only in the log: a MoE kernel runni
 default tiles, DeepGEMM fed the wrong scale format, CUDA graphs never captured, a KV
 cache smaller than the load needs. `servelab.engines.signatures` matches these lines.
 
-Units: SGLang prints "GB" for bytes / 2**30 and torch "GiB"; both become `*_gib` fields.
+Units: SGLang prints "GB" for bytes / 2**30, torch "GiB" and transformers "MB" for bytes /
+2**20; all become `*_gib` fields.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class EventKind(StrEnum):
     MAX_CONCURRENCY = "max_concurrency"
     SCHEDULER_LIMITS = "scheduler_limits"
     KV_CACHE_FULL = "kv_cache_full"
+    KV_CACHE_SIZING_FAILED = "kv_cache_sizing_failed"
     CONTINUOUS_BATCHING_OFF = "continuous_batching_off"
     OUT_OF_MEMORY = "out_of_memory"
     NCCL_ERROR = "nccl_error"
@@ -169,6 +171,18 @@ KIND_INFO: Mapping[EventKind, KindInfo] = MappingProxyType(
             "be recomputed, which costs throughput and tail latency.",
             "Lower the running-request cap, raise the memory fraction, or (SGLang) raise "
             "--schedule-conservativeness; occasional retractions are harmless.",
+        ),
+        EventKind.KV_CACHE_SIZING_FAILED: KindInfo(
+            "transformers' continuous batching could not fit its paged KV cache in the memory it "
+            "may use (`num_sectors` at or below 0, or a footprint above `available_bytes`): its "
+            "worker is dead and every later request gets HTTP 503. With eager or SDPA attention "
+            "the attention masks cost max_batch_tokens x (cache tokens + max_batch_tokens) "
+            "activations, which at the default 8192 batch tokens can take all of it.",
+            "Size the cache and the batch yourself: `knobs.kv_cache_tokens` (transformers "
+            "--cb-num-blocks, in blocks of --cb-block-size tokens) and a smaller "
+            "`knobs.max_batch_tokens` (--cb-max-batch-tokens; the masks cost batch tokens x "
+            "cache tokens), or let it use more memory (`knobs.mem_fraction`, "
+            "--cb-max-memory-percent).",
         ),
         EventKind.CONTINUOUS_BATCHING_OFF: KindInfo(
             "The model cannot use continuous batching; requests are generated one after another.",
@@ -535,6 +549,16 @@ def _sizes_gib(match: re.Match[str]) -> Fields:
 def _model_type(match: re.Match[str]) -> Fields:
     model = re.search(r"\btype=(\w+)", match.string)
     return {"model_type": model.group(1)} if model else {}
+
+
+_CB_WORKER_CAUSE = re.compile(r" \S+?: (.+?)(?:\"\})?\s*$")
+
+
+def _cb_worker_dead(match: re.Match[str]) -> Fields:
+    """The error that killed transformers' continuous-batching worker, after the request id
+    (and without the closing `"}` of the JSON body it comes in)."""
+    cause = _CB_WORKER_CAUSE.match(match.string, match.end())
+    return {"detail": cause.group(1)} if cause else {}
 
 
 # --- building blocks ----------------------------------------------------------------------
@@ -1255,40 +1279,130 @@ _VLLM: tuple[Signature, ...] = (
 
 # --- transformers serve (and the embedded engine) -------------------------------------------
 
+_TF_CACHE = Source(TRANSFORMERS, f"{_TF_CB}/cache.py", _TF_VERSION)
+_TF_SIZING = Source(
+    TRANSFORMERS, f"{_TF_CB}/cache.py (PagedAttentionMemoryHandler._check_footprint)", _TF_VERSION
+)
+_TF_INIT = Source(TRANSFORMERS, f"{_TF_CB}/initialization.py", _TF_VERSION)
+_TF_BOOL = r"True|False"
+_CB_LOG = "2026-12-02 00:49:28,{ms} - ContinuousBatchingLogger - INFO - "
+
 _TRANSFORMERS: tuple[Signature, ...] = (
     _sig(
         "transformers.paged_cache_initialized",
         _K.KV_CACHE_CAPACITY,
         _INFO,
-        r"Paged cache initialized: self\.max_batch_tokens = (?P<max_batch_tokens>\d+), "
-        r"self\.num_sectors = (?P<num_sectors>\d+), mb_per_sector = (?P<mib_per_sector>\d+)",
+        r"Paged cache initialized: self\.max_batch_tokens = (?P<max_batch_tokens>-?\d+), "
+        r"self\.num_sectors = (?P<num_sectors>-?\d+), mb_per_sector = (?P<mib_per_sector>-?\d+)",
         literals=("Paged cache initialized",),
-        source=Source(TRANSFORMERS, f"{_TF_CB}/cache.py", _TF_VERSION),
-        example="2026-11-29 15:52:25,102 - ContinuousBatchingLogger - INFO - Paged cache "
-        "initialized: self.max_batch_tokens = 256, self.num_sectors = 1024, mb_per_sector = 2",
+        source=_TF_CACHE,
+        example=_CB_LOG.format(ms="204") + "Paged cache initialized: self.max_batch_tokens = "
+        "8192, self.num_sectors = 11, mb_per_sector = 0",
         converters={"max_batch_tokens": int, "num_sectors": int, "mib_per_sector": int},
     ),
     _sig(
         "transformers.memory_for_cache",
         _K.KV_CACHE_MEMORY,
         _INFO,
-        r"Memory available for cache allocation: (?P<available_mib>\d+) MB",
+        r"Memory available for cache allocation: (?P<available_gib>-?\d+ MB)",
         literals=("Memory available for cache allocation",),
-        source=Source(TRANSFORMERS, f"{_TF_CB}/cache.py", _TF_VERSION),
-        example="2026-11-29 15:52:25,101 - ContinuousBatchingLogger - INFO - Memory available for "
-        "cache allocation: 61440 MB",
-        converters={"available_mib": int},
+        source=_TF_CACHE,
+        example=_CB_LOG.format(ms="204") + "Memory available for cache allocation: 412 MB",
+        # `available_memory // 1024**2`: the "MB" are MiB.
+        converters={"available_gib": _gib},
+    ),
+    _sig(
+        "transformers.cache_sizing_invalid",
+        _K.KV_CACHE_SIZING_FAILED,
+        _ERROR,
+        r"Invalid values: max_batch_tokens = (?P<max_batch_tokens>-?\d+), "
+        r"num_sectors = (?P<num_sectors>-?\d+)",
+        literals=("Invalid values: max_batch_tokens",),
+        source=_TF_SIZING,
+        example="2026-12-02 00:50:15,405 - ContinuousBatchingLogger - ERROR - Error in generation "
+        "loop: Invalid values: max_batch_tokens = 8192, num_sectors = -34",
+        converters={"max_batch_tokens": int, "num_sectors": int},
+    ),
+    _sig(
+        "transformers.cache_footprint_too_large",
+        _K.KV_CACHE_SIZING_FAILED,
+        _ERROR,
+        r"Memory footprint (?P<footprint_bytes>-?\d+) is more than available memory "
+        r"(?P<available_bytes>-?\d+)",
+        literals=("Memory footprint ",),
+        source=_TF_SIZING,
+        example="MemoryError: Memory footprint 38606667776 is more than available memory 4327018",
+        converters={"footprint_bytes": int, "available_bytes": int},
+    ),
+    _sig(
+        "transformers.cb_worker_dead",
+        _K.ENGINE_ERROR,
+        _ERROR,
+        # Without the request id: every refused request is one event, counted.
+        r"CB worker (?:is dead and cannot accept|died during) request"
+        r"|\"reason\": ?\"cb_worker_dead\"",
+        literals=("CB worker ", "cb_worker_dead"),
+        source=Source(
+            TRANSFORMERS,
+            "src/transformers/cli/serving/utils.py, cli/serving/server.py",
+            _TF_VERSION,
+        ),
+        example='{"error":"CB worker is dead and cannot accept request '
+        "45159120-62f1-4369-8a71-119c2e018ddd: Invalid values: max_batch_tokens = 8192, "
+        'num_sectors = -34"}',
+        extract=_cb_worker_dead,
+    ),
+    _sig(
+        "transformers.cuda_graphs",
+        _K.ENGINE_CONFIG,
+        _INFO,
+        rf"Using cuda graphs for \(varlen, decode\) paths: \((?P<cuda_graph_varlen>{_TF_BOOL}), "
+        rf"(?P<cuda_graph_decode>{_TF_BOOL})\)",
+        literals=("Using cuda graphs for (varlen, decode) paths",),
+        source=_TF_INIT,
+        example=_CB_LOG.format(ms="188") + "Using cuda graphs for (varlen, decode) paths: "
+        "(False, False)",
+        converters={"cuda_graph_varlen": _scalar, "cuda_graph_decode": _scalar},
     ),
     _sig(
         "transformers.cuda_graphs_off",
         _K.CUDA_GRAPH_DISABLED,
         _INFO,
-        r"Using cuda graphs for \(varlen, decode\) paths: \((?P<varlen>False), (?P<decode>False)\)",
+        rf"Using cuda graphs for \(varlen, decode\) paths: \((?P<varlen>{_TF_BOOL}), "
+        r"(?P<decode>False)\)",
         literals=("Using cuda graphs for (varlen, decode) paths",),
-        source=Source(TRANSFORMERS, f"{_TF_CB}/initialization.py", _TF_VERSION),
-        example="2026-11-29 15:52:25,099 - ContinuousBatchingLogger - INFO - Using cuda graphs for "
-        "(varlen, decode) paths: (False, False)",
+        source=_TF_INIT,
+        example=_CB_LOG.format(ms="188") + "Using cuda graphs for (varlen, decode) paths: "
+        "(False, False)",
         converters={"varlen": _scalar, "decode": _scalar},
+    ),
+    _sig(
+        "transformers.async_batching",
+        _K.ENGINE_CONFIG,
+        _INFO,
+        rf"choosing cb_config\.use_async_batching = (?P<use_async_batching>{_TF_BOOL}) because "
+        rf"use_cuda_graphs = (?P<use_cuda_graphs>{_TF_BOOL}) and "
+        rf"is_attn_mask_needed = (?P<is_attn_mask_needed>{_TF_BOOL})",
+        literals=("choosing cb_config.use_async_batching",),
+        source=_TF_INIT,
+        example=_CB_LOG.format(ms="188") + "No behavior specified for use_async_batching, "
+        "choosing cb_config.use_async_batching = False because use_cuda_graphs = False and "
+        "is_attn_mask_needed = True. If you want to save memory, you can disable asynchronous "
+        "batching but it will degrade performance.",
+        converters=dict.fromkeys(
+            ("use_async_batching", "use_cuda_graphs", "is_attn_mask_needed"), _scalar
+        ),
+    ),
+    _sig(
+        "transformers.no_flash_attention",
+        _K.ENGINE_CONFIG,
+        _INFO,
+        r"Continuous batching is much better when using flash attention\. Consider using a flash",
+        literals=("Continuous batching is much better when using flash attention",),
+        source=Source(TRANSFORMERS, f"{_TF_CB}/continuous_api.py", _TF_VERSION),
+        example=_CB_LOG.format(ms="187") + "Continuous batching is much better when using flash "
+        "attention. Consider using a flash `attn_implementation` when loading the model.",
+        extract=lambda _match: {"flash_attention": False},
     ),
     _sig(
         "transformers.no_continuous_batching",

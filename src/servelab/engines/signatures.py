@@ -46,6 +46,7 @@ __all__ = [
     "SignatureMatcher",
     "Source",
     "scan_log",
+    "scan_text",
 ]
 
 MAX_EVENTS_PER_KIND = 100
@@ -225,6 +226,17 @@ def scan_log(path: Path | str, engine: str) -> list[LogEvent]:
     with Path(path).open(encoding="utf-8", errors="replace", newline="\n") as log:
         for line in log:
             matcher.feed(line)
+    return matcher.events
+
+
+def scan_text(engine: str, text: str) -> list[LogEvent]:
+    """The events in engine output that is not its log: an HTTP error body, a streamed
+    error event. A 503 from transformers serve names the error that killed its worker,
+    which its log may not hold (the log is elsewhere, or rotated). Line numbers count the
+    text's own lines; the text is matched as sent (JSON escapes are not undone)."""
+    matcher = SignatureMatcher(engine)
+    for line in text.splitlines():
+        matcher.feed(line)
     return matcher.events
 
 

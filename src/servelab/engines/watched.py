@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.core.clock import now_ns
 from servelab.core.errors import EngineLaunchError
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import RunningEngine, launch_engine
@@ -83,9 +84,10 @@ def _feeder(
         return None
 
     def feed(line: str) -> None:
+        t_ns = now_ns()  # the bench clock: events and stats lines land among the requests
         if matcher is not None:
-            matcher.feed(line)
+            matcher.feed(line, t_mono_ns=t_ns)
         if log_stats is not None:
-            log_stats.feed(line)
+            log_stats.feed(line, t_ns=t_ns)
 
     return feed

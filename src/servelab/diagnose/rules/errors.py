@@ -25,6 +25,7 @@ LOAD_GROWTH = 2.0
 
 _FATAL_EVENTS = (
     EventKind.OUT_OF_MEMORY,
+    EventKind.KV_CACHE_SIZING_FAILED,
     EventKind.ENGINE_ERROR,
     EventKind.NCCL_ERROR,
     EventKind.KV_CACHE_FULL,
