@@ -117,10 +117,22 @@ def test_servelab_run_end_to_end(demo_run: DemoRun):
     events = json.loads((out / "engine_events.json").read_text())
     assert events["engine"] == "embedded" and events["lines"] > 0
     assert "engine_ready" in {event["kind"] for event in events["events"]}
+    # transformers' continuous-batching logger at INFO: the cache it built is an event
+    cache = [e for e in events["events"] if e["kind"] == "kv_cache_capacity"]
+    assert len(cache) == 1 and cache[0]["fields"]["num_sectors"] > 0, events["events"]
     probe = json.loads((out / "probe.json").read_text())
     assert probe["schema"] == "servelab.probe/1"
     assert ("no-nvidia-gpu" in [v["code"] for v in probe["verdicts"]]) == (gpus_here == 0)
     assert "Uvicorn running" in (out / "engine.log").read_text()
+    # the cache is given in tokens, sized for the sweep's cap; no share of memory
+    command = summary["engine"]["command"]
+    assert "--cb-max-memory-percent" not in command
+    blocks = int(command[command.index("--cb-num-blocks") + 1])
+    cap = int(summary["run"]["load"]["sweep"].split("up to ")[1].split()[0])
+    assert blocks >= cap  # a 192-token request takes one 256-token block
+    assert levels[-1] <= cap
+    # the engine's CPU is measured at every level
+    assert all(lv["engine_cpu"]["cores"] > 0 for lv in summary["levels"])
     pid = summary["engine"]["pid"]
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)
@@ -210,3 +222,30 @@ def test_run_refuses_an_engine_spec_with_what_does_not_go_with_it(
     )
     assert result.returncode == 2 and message in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_worker_that_dies_sizing_its_cache_is_named(tmp_path: Path):
+    """transformers serve with a cache share too small for its batch tokens: its worker
+    dies at the first request (HTTP 503); servelab names the cause and the knob, exit 5."""
+    from servelab.engines.embedded import ensure_model
+
+    spec = tmp_path / "starved.yaml"
+    spec.write_text(
+        f"engine: transformers\nmodel: {ensure_model('tiny')}\ndevice: cpu\n"
+        "env: {OMP_NUM_THREADS: '1', HF_HUB_OFFLINE: '1', HF_HUB_DISABLE_UPDATE_CHECK: '1'}\n"
+        "knobs: {mem_fraction: 0.0001}\n"
+    )
+    result = subprocess.run(
+        [*SERVELAB, "bench", "--engine", str(spec), "--concurrency", "1", "--num-requests", "2",
+         "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 5, result.stderr[-2000:]
+    error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1, result.stderr[-2000:]
+    assert "refused its first request (HTTP 503)" in error[0]
+    assert "kv_cache_sizing_failed" in error[0] and "num_sectors = -" in error[0]
+    assert "kv_cache_tokens" in error[0]
+    assert "Traceback" not in result.stderr

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servelab.telemetry.process_cpu import EngineCpu
 from servelab.telemetry.summary import LevelTelemetry
 
 __all__ = [
@@ -205,6 +206,11 @@ class LevelSummary(BaseModel):
         description="The GPUs (NVML: power, utilization, clocks, energy, GPM) and the "
         "engine's /metrics (running, queued, KV usage) over the level, on the bench clock; "
         "None when neither was sampled.",
+    )
+    engine_cpu: EngineCpu | None = Field(
+        default=None,
+        description="Cores the launched engine's processes kept busy during the level; None "
+        "for an engine servelab did not launch.",
     )
     notes: list[str] = Field(default_factory=list, description="Caveats about this level.")
 

@@ -42,6 +42,7 @@ from servelab.store import CatalogRow, RunDir, default_run_name, record_run
 from servelab.telemetry import TelemetrySession, summarize_level
 from servelab.telemetry.gpu import GpuTrace
 from servelab.telemetry.logstats import LogStats
+from servelab.telemetry.process_cpu import EngineCpuMeter
 from servelab.telemetry.scrape import EngineTrace
 
 __all__ = ["DEFAULT_WARMUP", "BenchConfig", "BenchOutcome", "default_num_requests", "run_bench"]
@@ -293,6 +294,9 @@ class _Session:
         on_event = self.on_event
         if window is not None:
             on_event = _starting(window, self.on_event)
+        meter = self._engine_cpu_meter()
+        if meter is not None:
+            meter.start()
         outcome = run_level(
             spec,
             endpoint=preflight.endpoint,
@@ -316,7 +320,14 @@ class _Session:
         )
         if window is not None:
             summary = self._profiled(summary, window)
+        if meter is not None:
+            summary = summary.model_copy(update={"engine_cpu": meter.stop()})
         return self._with_telemetry(summary, outcome.records)
+
+    def _engine_cpu_meter(self) -> EngineCpuMeter | None:
+        """A launched engine leads its own POSIX session: its pid is the session's id."""
+        pid = (self.engine_info or {}).get("pid")
+        return EngineCpuMeter(pid) if isinstance(pid, int) and pid > 0 else None
 
     def _profile_window(self, spec: LevelSpec) -> ProfileWindow | None:
         plan = self.config.torch_profile

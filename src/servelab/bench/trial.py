@@ -25,14 +25,7 @@ from servelab.engines.base import EngineSpec
 from servelab.engines.enginelog import log_tail
 from servelab.engines.launcher import RunningEngine
 from servelab.engines.profiler import ProfilerSupport
-from servelab.engines.signatures import (
-    SIGNATURES,
-    EngineExit,
-    EventSeverity,
-    LogEvent,
-    LogScan,
-    SignatureMatcher,
-)
+from servelab.engines.signatures import SIGNATURES, EngineExit, EventSeverity, LogScan, scan_text
 from servelab.engines.spec import spec_yaml
 from servelab.engines.watched import WatchedEngine, describe_event, launch_watched
 from servelab.store import RunDir
@@ -164,7 +157,7 @@ def not_serving(watched: WatchedEngine, rejected: EndpointRejected) -> EngineNot
     logged = watched.matcher.events if watched.matcher is not None else []
     errors = [
         event
-        for event in [*_answer_events(engine, rejected.body), *logged]
+        for event in [*(scan_text(engine, rejected.body) if engine in SIGNATURES else []), *logged]
         if event.severity is EventSeverity.ERROR
     ]
     if not errors:
@@ -175,16 +168,6 @@ def not_serving(watched: WatchedEngine, rejected: EndpointRejected) -> EngineNot
         f"{describe_event(cause)}",
         log_path=str(watched.engine.log_path),
     )
-
-
-def _answer_events(engine: str, body: str) -> list[LogEvent]:
-    """The engine's signatures matched in an HTTP answer, read as log lines."""
-    if engine not in SIGNATURES:
-        return []
-    matcher = SignatureMatcher(engine)
-    for line in body.splitlines():
-        matcher.feed(line)
-    return list(matcher.events)
 
 
 _GENERIC_KINDS = ("engine_error",)

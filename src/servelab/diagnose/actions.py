@@ -20,9 +20,8 @@ def knob_action(conf: EngineConfig, knob: str, value: Any, why: str) -> Action:
     flags = conf.flags(knob, value)
     if flags is None:
         if conf.knobs:
-            text = f"{why} ({conf.name} has no flag for the knob {knob}; see its documentation)"
-        else:
-            text = f"{why}: knob {knob}={_value(value)} (give --engine for the engine's own flag)"
+            return _absent(conf, knob, why, value)
+        text = f"{why}: knob {knob}={_value(value)} (give --engine for the engine's own flag)"
         return Action(text=text, knob=knob, value=value)
     if not flags:
         other = conf.flags(knob, not value) if isinstance(value, bool) else None
@@ -39,8 +38,14 @@ def flag_name_action(conf: EngineConfig, knob: str, why: str) -> Action:
     if flags:
         return Action(text=f"{why}: {flags[0]}", knob=knob, engine=conf.name, flags=flags[:1])
     if conf.knobs:
-        return Action(text=f"{why} ({conf.name} has no flag for the knob {knob})", knob=knob)
+        return _absent(conf, knob, why)
     return Action(text=f"{why}: knob {knob} (give --engine for the engine's own flag)", knob=knob)
+
+
+def _absent(conf: EngineConfig, knob: str, why: str, value: Any = None) -> Action:
+    """An action this engine has no setting for: said so, and marked unavailable."""
+    text = f"{why}: not possible on {conf.name}, which has no setting for {knob}"
+    return Action(text=text, knob=knob, value=value, available=False)
 
 
 def layout_action(conf: EngineConfig, change: dict[str, int], why: str) -> Action:

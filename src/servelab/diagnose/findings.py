@@ -37,6 +37,8 @@ class FindingKind(StrEnum):
     MEMORY_BOUND = "memory_bound"
     PREFILL_COMPUTE = "prefill_compute"
     CLIENT_BOUND = "client_bound"
+    CPU_BOUND = "cpu_bound"
+    CPU_CONTENTION = "cpu_contention"
     ERRORS = "errors"
     MOE_CONFIG_MISSING = "moe_config_missing"
     ACCURACY_WARNING = "accuracy_warning"
@@ -76,6 +78,11 @@ class Action(BaseModel):
     engine: str | None = Field(default=None, description="Whose flags `flags` are.")
     flags: list[str] = Field(
         default_factory=list, description="The engine's own flags, e.g. ['--max-num-seqs', '256']."
+    )
+    available: bool = Field(
+        default=True,
+        description="False when this engine has no setting for the knob: the user cannot act "
+        "on it here, and the finding ranks below those they can.",
     )
 
 

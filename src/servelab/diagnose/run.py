@@ -81,12 +81,15 @@ def _ceiling(facts: RunFacts) -> list[CeilingPoint]:
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
-    """Worst first: severity, then impact x confidence, then confidence, then kind."""
+    """Worst first: severity, then whether the user can act on it here (a finding whose
+    every action lacks a setting on this engine ranks below), then impact x confidence,
+    then confidence, then kind."""
     order = list(FindingKind)
     return sorted(
         findings,
         key=lambda f: (
             f.severity.rank,
+            bool(f.actions) and not any(action.available for action in f.actions),
             -f.impact * f.confidence,
             -f.confidence,
             order.index(f.kind),

@@ -161,6 +161,9 @@ def top_finding_lines(diagnosis: Diagnosis) -> list[str]:
         return ["top finding: none (nothing in the evidence stands out)"]
     top = diagnosis.findings[0]
     lines = [f"top finding: {top.kind} ({top.severity}): {top.title}"]
-    if top.actions:
-        lines.append(f"try first: {top.actions[0].text}")
+    doable = [action for action in top.actions if action.available]
+    if doable:
+        lines.append(f"try first: {doable[0].text}")
+    elif top.actions:
+        lines.append(f"nothing to try on this engine: {top.actions[0].text}")
     return lines

@@ -15,6 +15,7 @@ from servelab.diagnose.rules import (
     accuracy,
     client_bound,
     comm_latency,
+    cpu,
     errors,
     kv_capacity,
     launch_overhead,
@@ -34,6 +35,7 @@ Rule = Callable[[RunFacts], list[Finding]]
 RULES: tuple[Rule, ...] = (
     errors.rule,
     client_bound.rule,
+    cpu.rule,
     running_cap.rule,
     kv_capacity.rule,
     launch_overhead.rule,

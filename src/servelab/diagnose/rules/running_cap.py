@@ -11,7 +11,9 @@ shows it, independently:
 - the model: the hardware's ceiling still grows past the knee (so the knee is not its).
 
 It cannot tell a cap from a full KV cache without /metrics or the log's KV size, and says
-so; nor a cap from a scheduler that admits slowly for another reason.
+so; nor a cap from a scheduler that admits slowly for another reason. On an engine that has
+no running-request setting at all (transformers serve), the sweep's shape alone is never
+read as a cap.
 """
 
 from __future__ import annotations
@@ -50,7 +52,9 @@ def rule(facts: RunFacts) -> list[Finding]:
     tally = Tally()
     if observed is not None:
         tally.add("metrics", _WEIGHTS["metrics"], [e for lv in held for e in held_back(lv)])
-    limit = observed or (binding.value if binding else None) or _knee_cap(facts, queueing)
+    limit = observed or (binding.value if binding else None)
+    if limit is None and _can_have_a_cap(facts):
+        limit = _knee_cap(facts, queueing)
     if limit is None:
         return []
     if cap is not None:
@@ -115,6 +119,12 @@ def rule(facts: RunFacts) -> list[Finding]:
             impact=max(0.0, 1 - 1 / gain.factor) if gain else 0.3,
         )
     ]
+
+
+def _can_have_a_cap(facts: RunFacts) -> bool:
+    """Whether the sweep's shape alone may be read as a cap: not on an engine known to have
+    no running-request setting (transformers serve), whose plateau is then something else."""
+    return not facts.engine.knobs or "max_running_requests" in facts.engine.knobs
 
 
 def _near(value: float, cap: float) -> bool:
