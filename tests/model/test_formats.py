@@ -26,9 +26,17 @@ def test_bits_per_value():
 
 def test_plans_keep_embeddings_and_routers_bf16():
     for fmt in Format:
+        if fmt == Format.FP32:
+            continue
         plan = weight_plan(fmt)
         assert plan.embeddings == plan.router == Format.BF16
         assert plan.mlp == fmt
+
+
+def test_an_fp32_checkpoint_is_fp32_throughout():
+    plan = weight_plan("fp32")
+    assert {plan.attention, plan.mlp, plan.embeddings, plan.router} == {Format.FP32}
+    assert FORMAT_BITS[Format.FP32] == 32 and KV_DTYPE_BYTES[KvDtype.FP32] == 4
 
 
 def test_four_bit_plans_keep_attention_bf16_unless_told():

@@ -10,6 +10,7 @@ import pytest
 
 import servelab.probe.comm as comm
 from servelab.probe.comm import (
+    CPU_PART,
     NEEDS_TWO_GPUS,
     NO_CUDA,
     NO_DEVICES,
@@ -17,10 +18,17 @@ from servelab.probe.comm import (
     NO_TORCH,
     PARTS,
     CommResults,
+    CpuRates,
     CudaDevice,
     cuda_uuid_map,
     run_comm,
 )
+
+
+@pytest.fixture(autouse=True)
+def _no_cpu_measurement(monkeypatch):
+    """The CPU part is measured for real in test_comm_cpu; here it only has to be called."""
+    monkeypatch.setattr(comm, "measure_cpu", lambda **_kw: CpuRates(cores=1, torch_threads=1))
 
 
 def test_importing_the_comm_package_does_not_import_torch():
@@ -45,7 +53,11 @@ def test_without_cuda_every_part_is_skipped_with_the_reason(monkeypatch):
     assert results.torch_version == str(torch.__version__)
     [launch] = results.launch or []
     assert launch.device == "cpu" and launch.graph_us_per_kernel is None
-    assert heard == ["kernel launch latency on the CPU (eager only: no CUDA graphs without CUDA)"]
+    assert heard == [
+        "the CPU: copy bandwidth, matmul rate and op dispatch by thread count",
+        "kernel launch latency on the CPU (eager only: no CUDA graphs without CUDA)",
+    ]
+    assert results.cpu == CpuRates(cores=1, torch_threads=1)
     assert cuda_uuid_map() == {}
     # The result survives a JSON round trip, as the store will keep it.
     assert CommResults.model_validate_json(results.model_dump_json()) == results
@@ -54,7 +66,7 @@ def test_without_cuda_every_part_is_skipped_with_the_reason(monkeypatch):
 def test_without_torch_every_part_is_skipped(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
     results = run_comm()
-    assert results.skipped == dict.fromkeys(PARTS, NO_TORCH)
+    assert results.skipped == dict.fromkeys((*PARTS, CPU_PART), NO_TORCH)
     assert cuda_uuid_map() == {}
 
 

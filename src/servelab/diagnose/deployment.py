@@ -3,7 +3,9 @@
 Given (`--model`, `--gpu`, ...) it must build, or the input is bad. Otherwise the embedded
 engine knows its own preset (its model folder is named after it, and the model catalogue
 holds its GPU presets), and a probe's measured GPUs name the catalogue slug. When nothing
-says, there is no model and the rules say what they could not compare.
+says, there is no model and the rules say what they could not compare. An engine the
+spec put on the CPU has no GPU deployment: the rules' model is a GPU's, and the CPU's
+ceiling is stated in the gap layers instead (`servelab.diagnose.cpu_layers`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import Any
 
+import yaml
+
+from servelab.bench.results import BenchSummary
 from servelab.core.errors import ConfigError
 from servelab.diagnose.engineconf import EngineConfig
 from servelab.diagnose.inputs import RunFiles
@@ -26,7 +32,18 @@ from servelab.model import (
     deploy,
 )
 
-__all__ = ["ModelChoice", "choose_model"]
+__all__ = [
+    "CPU_DETAIL",
+    "ModelChoice",
+    "choose_model",
+    "embedded_preset",
+    "launched_spec",
+    "preset_from_folder",
+]
+
+CPU_DETAIL = (
+    "no GPU model: the engine ran on the CPU (the gap layers hold the CPU's roofline and op floor)"
+)
 
 _EMBEDDED_FOLDER = re.compile(r"^(?P<preset>.+)-[0-9a-f]{8,}$")
 _KERNELS = {
@@ -76,7 +93,9 @@ class ModelChoice:
 def choose_model(files: RunFiles, options: DiagnoseOptions, conf: EngineConfig) -> ModelChoice:
     """The deployment to compare with; a ConfigError only when the user's own flags fail."""
     notes: list[str] = []
-    name = options.model or _embedded_preset(files)
+    if options.model is None and (launched_spec(files.summary) or {}).get("device") == "cpu":
+        return ModelChoice(None, CPU_DETAIL, notes)
+    name = options.model or embedded_preset(files.summary, files.engine)
     if name is None:
         return ModelChoice(None, "no model: give --model (and --gpu, --tp) for the ceiling", notes)
     calibration = _calibration(files, notes)
@@ -107,11 +126,15 @@ def choose_model(files: RunFiles, options: DiagnoseOptions, conf: EngineConfig) 
     return ModelChoice(view, f"{view.label} ({how})", notes)
 
 
-def _embedded_preset(files: RunFiles) -> str | None:
+def embedded_preset(summary: BenchSummary, engine: str | None) -> str | None:
     """The embedded engine's preset, from its model folder `<preset>-<fingerprint>`."""
-    if files.engine != "embedded":
-        return None
-    model = (files.summary.engine or {}).get("model") or files.summary.run.target.get("model")
+    return preset_from_folder(summary) if engine == "embedded" else None
+
+
+def preset_from_folder(summary: BenchSummary) -> str | None:
+    """The model preset an embedded model folder `<preset>-<fingerprint>` was built from,
+    whichever engine served it (vLLM's CPU build serves the same folders)."""
+    model = (summary.engine or {}).get("model") or summary.run.target.get("model")
     if not isinstance(model, str):
         return None
     match = _EMBEDDED_FOLDER.match(PurePath(model).name)
@@ -119,9 +142,24 @@ def _embedded_preset(files: RunFiles) -> str | None:
     return preset if preset in MODEL_PRESETS else None
 
 
+def launched_spec(summary: BenchSummary) -> dict[str, Any] | None:
+    """The spec the run launched (summary.json engine.spec, YAML), as plain data; None for
+    a run attached by URL or a spec that does not read."""
+    text = (summary.engine or {}).get("spec")
+    if not isinstance(text, str):
+        return None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _calibration(files: RunFiles, notes: list[str]) -> Calibration | None:
     if files.probe is None or not isinstance(files.probe.document.get("comm"), dict):
         return None
+    if not files.probe.document["comm"].get("devices"):
+        return None  # no GPU was measured (a CPU-only probe): nothing to calibrate with
     try:
         return calibration_from_probe(files.probe.document)
     except ConfigError as exc:

@@ -12,9 +12,11 @@ the floor is paid once per step, so it comes out of the per-step part.
 from __future__ import annotations
 
 from servelab.core.units import MS_PER_S
+from servelab.diagnose.cpu_layers import cpu_gap_layers
 from servelab.diagnose.document import GapLayers, GapShare, Layer
 from servelab.diagnose.facts import MODEL_FASTER_TOLERANCE, LevelFacts, ModelPoint, RunFacts
 from servelab.diagnose.gap import split_excess
+from servelab.diagnose.layer_points import engine_layer, layer_points, per_token
 
 __all__ = ["KERNEL_FLOOR_NOTE", "gap_layers"]
 
@@ -22,34 +24,19 @@ KERNEL_FLOOR_NOTE = "needs the model: kernels per step x per-kernel latency"
 
 
 def gap_layers(facts: RunFacts) -> list[GapLayers]:
-    """The layers at single stream (else the lightest load) and, if another level, the knee."""
-    levels = facts.closed or facts.measured
-    if not levels:
-        return []
-    lightest = levels[0]
-    points = [
-        ("single stream" if lightest.closed and lightest.load == 1 else "lightest load", lightest)
-    ]
-    knee = facts.knee_level()
-    if knee is not None and knee.level != levels[0].level:
-        points.append(("knee", knee))
+    """The layers at single stream (else the lightest load) and, if another level, the knee;
+    for an engine the spec put on the CPU, the CPU's layers (`cpu_layers`)."""
+    points = layer_points(facts)
+    if facts.model is None:
+        cpu = cpu_gap_layers(facts, points)
+        if cpu is not None:
+            return cpu
     return [_layers(facts, point, lv) for point, lv in points]
-
-
-def _per_token(ms: float | None) -> float | None:
-    return MS_PER_S / ms if ms else None
 
 
 def _layers(facts: RunFacts, point: str, lv: LevelFacts) -> GapLayers:
     measured = lv.tpot_ms
-    engine = Layer(
-        name="engine as configured (measured)",
-        available=measured is not None,
-        ms_per_token=measured,
-        tokens_per_s=_per_token(measured),
-        source=f"{lv.source}: mean TPOT",
-        note=f"{facts.engine.name or 'the engine'} at {lv.label}",
-    )
+    engine = engine_layer(facts, lv)
     if lv.model is None or facts.model is None:
         kernel = Layer(
             name="kernel floor", available=False, source="replayed kernels", note=KERNEL_FLOOR_NOTE
@@ -81,7 +68,7 @@ def _layers(facts: RunFacts, point: str, lv: LevelFacts) -> GapLayers:
             name="roofline (datasheet)",
             available=True,
             ms_per_token=datasheet,
-            tokens_per_s=_per_token(datasheet),
+            tokens_per_s=per_token(datasheet),
             source="servelab model: memory or compute, communication, per-step allowance",
             note=parts if lv.model.datasheet_tpot_ms is None else None,
         )
@@ -92,7 +79,7 @@ def _layers(facts: RunFacts, point: str, lv: LevelFacts) -> GapLayers:
                 name="roofline (the probe's measured figures)",
                 available=True,
                 ms_per_token=lv.model.tpot_ms,
-                tokens_per_s=_per_token(lv.model.tpot_ms),
+                tokens_per_s=per_token(lv.model.tpot_ms),
                 source="servelab model calibrated by the probe",
                 note=parts,
             )
@@ -129,7 +116,7 @@ def _kernel_layer(model: ModelPoint, measured: float | None) -> Layer:
         name="kernel floor (CUDA graphs)",
         available=True,
         ms_per_token=model.graph_floor_tpot_ms,
-        tokens_per_s=_per_token(model.graph_floor_tpot_ms),
+        tokens_per_s=per_token(model.graph_floor_tpot_ms),
         source="servelab model: kernels per step x per-kernel latency, at least the roofline",
         note=note,
     )

@@ -4,12 +4,15 @@ Nothing here touches the machine; `probe` measures it and compares with these fi
 A deployment (`deploy`) is a model on GPUs in a layout with its formats; `analyze` gives
 its ceilings, `kernel_floor` what its kernels' count and latency allow, and
 `decode_step_s`, `prefill_s`, `step_s` and `kv_capacity_tokens` are the simulator's
-per-step questions.
+per-step questions. On a CPU (`cpu_deploy`, a `CpuSpec` measured by the probe or from a
+datasheet), `cpu_ceiling` gives the same roofline with the ops' dispatch added.
 """
 
 from servelab.model.analysis import analyze, throughput_curve
 from servelab.model.calibration import Calibration, calibration_from_probe
 from servelab.model.configs import SUPPORTED_FAMILIES, ModelConfig, load_config
+from servelab.model.cpu import CpuDeployment, cpu_ceiling, cpu_deploy, cpu_step
+from servelab.model.cpus import CpuSpec, cpu_from_probe, datasheet_cpu
 from servelab.model.deployment import (
     DEFAULT_ACTIVATION_RESERVE_BYTES,
     DEFAULT_MEM_FRACTION,
@@ -37,6 +40,8 @@ from servelab.model.perf import (
 )
 from servelab.model.presets import MODEL_PRESETS, ModelPreset, resolve_model
 from servelab.model.results import (
+    CpuCeiling,
+    CpuStep,
     KernelCounts,
     KernelFloor,
     KvCapacity,
@@ -55,6 +60,10 @@ __all__ = [
     "MODEL_PRESETS",
     "SUPPORTED_FAMILIES",
     "Calibration",
+    "CpuCeiling",
+    "CpuDeployment",
+    "CpuSpec",
+    "CpuStep",
     "Deployment",
     "Format",
     "GpuSpec",
@@ -77,6 +86,11 @@ __all__ = [
     "calibration_from_probe",
     "count_kernels",
     "count_params",
+    "cpu_ceiling",
+    "cpu_deploy",
+    "cpu_from_probe",
+    "cpu_step",
+    "datasheet_cpu",
     "decode_step",
     "decode_step_s",
     "deploy",

@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from servelab.core.errors import ConfigError
 from servelab.model.calibration import apply_calibration
 from servelab.model.comm import CommModel, comm_model
 from servelab.model.deployment import Deployment
-from servelab.model.formats import FORMAT_BITS, KV_DTYPE_BYTES, Format
+from servelab.model.formats import FORMAT_BITS, KV_DTYPE_BYTES, Format, KvDtype
 from servelab.model.gpus import GpuSpec
 from servelab.model.params import layer_params
 
@@ -83,6 +84,9 @@ class Costs:
     expert_flops_per_token: float
     expert_compute_s_per_token: float
     """One token through one whole expert on one GPU."""
+    attention_flops_rate: float
+    """Scores and values against the cache run in its dtype: FP32 for an FP32 cache, else
+    BF16 (an FP8 cache is read into BF16 math)."""
     experts_per_gpu_group: float
     """Experts one GPU holds a slice of: E, or E / ep under expert parallelism."""
     expert_tensor_shards: int
@@ -118,7 +122,15 @@ class CriticalPath:
 
 def matmul_flops(gpu: GpuSpec, fmt: Format) -> float:
     """Dense tensor rate a format's matmuls run at: FP8 and NVFP4 natively where the GPU has
-    them (NVFP4 checkpoints are W4A4); INT4 (W4A16) and the fallbacks at the BF16 rate."""
+    them (NVFP4 checkpoints are W4A4); INT4 (W4A16) and the fallbacks at the BF16 rate;
+    FP32 at the device's FP32 rate, which the GPU catalogue does not hold (a CPU's does)."""
+    if fmt == Format.FP32:
+        if gpu.fp32_flops is None:
+            raise ConfigError(
+                f"{gpu.slug} has no FP32 matmul rate in the catalogue",
+                hint="fp32 weights are modelled on a CPU (servelab.model.cpu)",
+            )
+        return gpu.fp32_flops
     if fmt == Format.FP8 and gpu.fp8_dense_flops:
         return gpu.fp8_dense_flops
     if fmt == Format.NVFP4 and gpu.fp4_dense_flops:
@@ -136,7 +148,6 @@ def stage_costs(dep: Deployment) -> Costs:
     def nbytes(params: float, fmt: Format) -> float:
         return params * FORMAT_BITS[fmt] / 8
 
-    bf16 = Format.BF16
     attn_rate = matmul_flops(gpu, plan.attention)
     mlp_rate = matmul_flops(gpu, plan.mlp)
     head_rate = matmul_flops(gpu, plan.embeddings)
@@ -156,7 +167,7 @@ def stage_costs(dep: Deployment) -> Costs:
             "dense_mlp": nbytes((n - n_moe) * per.dense_mlp, plan.mlp) / tp,
             "shared_experts": nbytes(n_moe * per.shared_experts, plan.mlp) / tp,
             "router_and_norms": nbytes(n_moe * per.router, plan.router)
-            + nbytes(n * per.norms + (cfg.hidden if last else 0), bf16),
+            + nbytes(n * per.norms + (cfg.hidden if last else 0), plan.router),
             "experts": n_moe * experts_per_group * nbytes(per.expert, plan.mlp) / expert_shards,
             "embeddings": nbytes(head_params, plan.embeddings) / tp if first else 0.0,
             # A tied head is the embedding table, unless the two ends sit on two stages.
@@ -201,6 +212,9 @@ def stage_costs(dep: Deployment) -> Costs:
         expert_bytes=nbytes(per.expert, plan.mlp),
         expert_flops_per_token=2 * per.expert,
         expert_compute_s_per_token=2 * per.expert / mlp_rate,
+        attention_flops_rate=matmul_flops(
+            gpu, Format.FP32 if dep.kv_dtype == KvDtype.FP32 else Format.BF16
+        ),
         experts_per_gpu_group=experts_per_group,
         expert_tensor_shards=expert_shards,
         expert_group_replicas=lay.dp if lay.ep > 1 else 1,
@@ -269,7 +283,7 @@ def _stage(dep: Deployment, costs: Costs, stage: StageCosts, work: Work) -> dict
     memory_s = (weight_bytes + expert_bytes + kv_bytes) / gpu.memory_bandwidth_bytes_s
     compute_s = tokens * stage.dense_compute_s_per_token
     compute_s += expert_tokens * costs.expert_compute_s_per_token
-    compute_s += attn_flops / gpu.bf16_dense_flops
+    compute_s += attn_flops / costs.attention_flops_rate
     flops = tokens * stage.dense_flops_per_token + attn_flops
     flops += expert_tokens * costs.expert_flops_per_token
     # Two all-reduces per layer (after attention, after the MLP), one for the

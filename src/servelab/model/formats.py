@@ -6,6 +6,7 @@ overridable through `weight_plan(..., attention=...)`:
 - embeddings, the LM head, routers and norms stay BF16 in every format (DeepSeek-V3's
   FP8 release and NVIDIA Model Optimizer's NVFP4 recipes both leave them unquantized);
 - FP8 quantizes every other linear layer, attention included;
+- FP32 (a CPU model's dtype, as the embedded engine's tiny preset) is FP32 throughout;
 - 4-bit formats (NVFP4, INT4) quantize the MLPs (dense, shared and routed experts) and
   leave attention BF16, as GLM-5-NVFP4 (lukealonso/GLM-5-NVFP4: "only the MoE expert MLP
   layers ... attention layers are left in BF16") and most W4 MoE checkpoints do.
@@ -38,6 +39,7 @@ class Format(StrEnum):
     FP8 = "fp8"
     NVFP4 = "nvfp4"
     INT4 = "int4"
+    FP32 = "fp32"
 
 
 class KvDtype(StrEnum):
@@ -45,6 +47,7 @@ class KvDtype(StrEnum):
 
     BF16 = "bf16"
     FP8 = "fp8"
+    FP32 = "fp32"
 
 
 FORMAT_BITS: dict[Format, float] = {
@@ -56,10 +59,11 @@ FORMAT_BITS: dict[Format, float] = {
     Format.NVFP4: 4.5,
     # GPTQ/AWQ-style symmetric INT4 with one FP16 scale per group of 128: 4 + 16/128.
     Format.INT4: 4.125,
+    Format.FP32: 32.0,
 }
 """Storage bits per weight value, scales included."""
 
-KV_DTYPE_BYTES: dict[KvDtype, float] = {KvDtype.BF16: 2.0, KvDtype.FP8: 1.0}
+KV_DTYPE_BYTES: dict[KvDtype, float] = {KvDtype.BF16: 2.0, KvDtype.FP8: 1.0, KvDtype.FP32: 4.0}
 """Bytes per cached K, V or latent element."""
 
 
@@ -78,6 +82,8 @@ class WeightPlan(BaseModel):
 def weight_plan(name: Format | str, *, attention: Format | str | None = None) -> WeightPlan:
     """The conventional plan for format `name`; `attention` overrides the attention format."""
     fmt = parse_format(name)
+    if fmt == Format.FP32 and attention is None:
+        return WeightPlan(name=fmt, attention=fmt, mlp=fmt, embeddings=fmt, router=fmt)
     if attention is not None:
         attn = parse_format(attention, what="attention weight format")
     elif fmt in (Format.NVFP4, Format.INT4):

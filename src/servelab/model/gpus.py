@@ -86,6 +86,11 @@ class GpuSpec(BaseModel):
     bf16_dense_flops: float = Field(description="Peak dense BF16 tensor rate, FLOP/s.")
     fp8_dense_flops: float | None = Field(description="Peak dense FP8 rate; None: no FP8.")
     fp4_dense_flops: float | None = Field(description="Peak dense FP4 rate; None: no FP4.")
+    fp32_flops: float | None = Field(
+        default=None,
+        description="FP32 matmul rate; None for the GPUs (the catalogue models them in "
+        "bf16 and lower), set for a CPU (`servelab.model.cpus`).",
+    )
     power_limit_w: float = Field(description="Maximum board power (TDP) in watts.")
     nvlink_bandwidth_bytes_s: float | None = Field(
         description=(

@@ -10,7 +10,9 @@ runs one kernel for the whole batch and the experts are grouped GEMMs.
 
 The floor of a step is `max(GPU work, kernels x per-kernel latency) + the per-step
 allowance`, with the per-kernel latency of CUDA-graph replay or of eager dispatch
-(`GpuSpec.graph_kernel_us`, `eager_kernel_us`, or a probe's measurement).
+(`GpuSpec.graph_kernel_us`, `eager_kernel_us`, or a probe's measurement). On a CPU the
+thread that dispatches an op also runs it, so nothing overlaps: the floor is the work
+plus the ops' dispatch (`op_floor_s(..., serial=True)`, `servelab.model.cpu`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from servelab.model.configs import ModelConfig
 from servelab.model.layout import Layout
 from servelab.model.results import KernelCounts, KernelFloor, StepBreakdown
 
-__all__ = ["KERNEL_TABLES", "KernelStyle", "KernelTable", "count_kernels", "floor_of_step"]
+__all__ = [
+    "KERNEL_TABLES",
+    "KernelStyle",
+    "KernelTable",
+    "count_kernels",
+    "floor_of_step",
+    "op_floor_s",
+]
 
 
 class KernelStyle(StrEnum):
@@ -174,8 +183,8 @@ def floor_of_step(
     """The floor of `step`: its GPU work (busy and communication) or its kernels' latency,
     whichever is longer, plus the same per-step allowance as the roofline."""
     work = step.gpu_busy_s + step.communication_s
-    graph = max(work, counts.per_step * graph_kernel_us / US_PER_S) + step.overhead_s
-    eager = max(work, counts.per_step * eager_kernel_us / US_PER_S) + step.overhead_s
+    graph = op_floor_s(counts.per_step, graph_kernel_us, work, step.overhead_s)
+    eager = op_floor_s(counts.per_step, eager_kernel_us, work, step.overhead_s)
     return KernelFloor(
         kernels=counts,
         eager_us_per_kernel=eager_kernel_us,
@@ -188,3 +197,15 @@ def floor_of_step(
         eager_tokens_per_s=step.batch / eager if step.batch else 0.0,
         source=source,
     )
+
+
+def op_floor_s(
+    ops: int, us_per_op: float, work_s: float, overhead_s: float = 0.0, *, serial: bool = False
+) -> float:
+    """A step of `ops` kernels (or CPU ops) costing `us_per_op` each to start, doing `work_s`.
+
+    On a GPU the host launches ahead of the device, so the longer of the two counts; on a
+    CPU (`serial`) each op's dispatch and its work follow one another on one thread.
+    """
+    launches = ops * us_per_op / US_PER_S
+    return (work_s + launches if serial else max(work_s, launches)) + overhead_s

@@ -137,6 +137,23 @@ _H200_REF = ModelConfig(
     vocab=2048,
 )
 
+# The embedded engine's CPU preset ("tiny"), repeated for the same reason; it runs in
+# float32 on a CPU (servelab.model.cpu), so it has no GPU deployment.
+_TINY = ModelConfig(
+    family="qwen3_moe",
+    layers=2,
+    hidden=256,
+    heads=4,
+    kv_heads=2,
+    head_dim=64,
+    qk_norm=True,
+    dense_intermediate=0,
+    moe_intermediate=128,
+    experts=4,
+    experts_per_token=2,
+    vocab=2048,
+)
+
 MODEL_PRESETS: dict[str, ModelPreset] = {
     preset.name: preset
     for preset in (
@@ -205,6 +222,14 @@ MODEL_PRESETS: dict[str, ModelPreset] = {
             gpu="h200",
             gpus=1,
             kernels=KernelStyle.UNFUSED,  # served by transformers serve
+        ),
+        ModelPreset(
+            name="tiny",
+            description="The embedded engine's CPU model: Qwen3-MoE, 2 layers, 4 experts, fp32.",
+            source="servelab.engines.embedded.presets 'tiny' (random weights, float32)",
+            config=_TINY,
+            weights=Format.FP32,
+            kernels=KernelStyle.UNFUSED,
         ),
     )
 }

@@ -11,12 +11,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from servelab.model.calibration import Replacement
+from servelab.model.cpus import CpuSpec
 from servelab.model.formats import WeightPlan
 from servelab.model.params import ParamCounts
 
 __all__ = [
     "MODEL_SCHEMA",
     "Bound",
+    "CpuCeiling",
+    "CpuStep",
     "KernelCounts",
     "KernelFloor",
     "KvCapacity",
@@ -187,3 +190,46 @@ class ModelComparison(_Result):
 
     schema_: str = Field(default=MODEL_SCHEMA, alias="schema")
     reports: list[ModelReport]
+
+
+class CpuStep(_Result):
+    """One decode step on a CPU: its roofline, and the op floor of dispatching its ops."""
+
+    batch: float = Field(description="Requests decoding in the step.")
+    context_tokens: float = Field(description="KV entries each request has (mean).")
+    weight_bytes: float = Field(description="Weights read: non-expert ones and distinct experts.")
+    kv_bytes: float = Field(description="KV cache read.")
+    memory_s: float = Field(description="(weight_bytes + kv_bytes) / the CPU's copy bandwidth.")
+    flops: float
+    compute_s: float = Field(description="FLOPs / the CPU's matmul rate in the model's dtype.")
+    roofline_s: float = Field(description="max(memory_s, compute_s): no op costs anything else.")
+    bound: Literal["memory", "compute"]
+    ops: int = Field(description="torch ops one step dispatches (the unfused kernel count).")
+    dispatch_us_per_op: float | None = Field(description="The probe's eager op on this CPU.")
+    dispatch_s: float | None = Field(description="ops x dispatch_us_per_op; None: unknown.")
+    floor_s: float | None = Field(
+        description="roofline_s + dispatch_s: the thread that dispatches an op also runs it."
+    )
+    roofline_tokens_per_s: float = Field(description="batch / roofline_s.")
+    floor_tokens_per_s: float | None = Field(description="batch / floor_s.")
+
+
+class CpuCeiling(_Result):
+    """A model on a CPU at one thread count: the single-stream ceiling and decode by batch."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    schema_: str = Field(default=MODEL_SCHEMA, alias="schema")
+    model: str
+    cpu: CpuSpec
+    weights: WeightPlan
+    kv_dtype: str
+    input_len: int
+    output_len: int
+    kernels: KernelCounts
+    single_stream: CpuStep = Field(description="Decode at batch 1, context input + output/2.")
+    single_stream_tokens_per_s: float | None = Field(
+        description="1 / the single-stream floor; None without the CPU's op dispatch."
+    )
+    throughput: list[CpuStep] = Field(description="Decode steps by batch, same context.")
+    assumptions: list[str]

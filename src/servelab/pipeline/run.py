@@ -38,6 +38,7 @@ from servelab.core.errors import (
 from servelab.core.net import ensure_listening
 from servelab.diagnose import DiagnoseOptions, Diagnosis, Knee, diagnose_run, find_knee
 from servelab.engines.base import EngineSpec
+from servelab.engines.embedded.presets import DEFAULT_PRESET, get_preset
 from servelab.engines.signatures import EngineExit
 from servelab.engines.watched import WatchedEngine, launch_watched
 from servelab.pipeline.limits import kv_room
@@ -124,7 +125,7 @@ def run_pipeline(
     watched: WatchedEngine | None = None
     try:
         on_event(Notice("probing the machine"))
-        probe = run_probe()
+        probe = run_probe(cpu_rates=config.url is None and _on_cpu(spec))
         run_dir.write_probe(probe)
         bench = _bench_config(config, name, _sweep_plan(config, spec, probe))
         if config.url is None:
@@ -182,6 +183,19 @@ def _run_name(config: RunConfig, spec: EngineSpec) -> str:
     if config.engine is None:
         return f"embedded-{config.preset}"
     return spec.served_name or spec.engine
+
+
+def _on_cpu(spec: EngineSpec) -> bool:
+    """Whether the launched engine computes on the CPU: then the probe measures the CPU's
+    copy and matmul rates, which the gap layers model it with."""
+    if spec.device is not None:
+        return spec.device == "cpu"
+    if spec.engine != "embedded":
+        return False
+    try:
+        return get_preset(spec.model or DEFAULT_PRESET).device == "cpu"
+    except ConfigError:
+        return False
 
 
 def _stop(watched: WatchedEngine | None, on_event: Callable[[BenchEvent], None]) -> None:

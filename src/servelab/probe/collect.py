@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from servelab import __version__
 from servelab.model.gpus import gpu_for_nvml_name, pcie_bandwidth_bytes_s
+from servelab.probe.comm.results import CommResults
 from servelab.probe.comm_verdicts import comm_verdicts
 from servelab.probe.cuda_init import check_cuda
 from servelab.probe.cuda_verdicts import cuda_verdicts
@@ -20,7 +21,9 @@ from servelab.probe.nvml import open_nvml_with_reason
 from servelab.probe.report import NvmlStatus, ProbeReport
 from servelab.probe.virt import detect_virtualization
 
-__all__ = ["run_probe"]
+__all__ = ["CPU_ONLY", "run_probe"]
+
+CPU_ONLY = "only the CPU's rates were measured (servelab probe --comm measures the GPUs)"
 
 
 def run_probe(
@@ -28,6 +31,8 @@ def run_probe(
     comm: bool = False,
     quick: bool = False,
     cuda: bool = True,
+    cpu_rates: bool = False,
+    cpu_threads: Sequence[int] | None = None,
     log_dir: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ProbeReport:
@@ -35,7 +40,10 @@ def run_probe(
 
     A machine without an NVIDIA GPU or NVML is normal: its report holds the host facts
     and the verdict "no NVIDIA GPU visible". `cuda=False` skips the CUDA driver check (a
-    child process and cuInit) for callers that read only the GPU facts.
+    child process and cuInit) for callers that read only the GPU facts. `cpu_rates`
+    without `comm` measures the CPU alone, quickly, in a child process (the torch import
+    and about a second): the rates an engine on the CPU is modelled with, at `cpu_threads`
+    (default: OMP_NUM_THREADS if set, half the cores, all of them).
     """
     say = progress or (lambda _message: None)
     started = time.perf_counter()
@@ -70,6 +78,13 @@ def run_probe(
             for gpu in inventory.gpus:
                 gpu.cuda_index = uuids.get(gpu.uuid or "")
         verdicts += comm_verdicts(comm_results, _link_bandwidths(inventory))
+    elif cpu_rates:
+        from servelab.probe.comm.cpu import measure_cpu_in_child
+
+        say("measuring the CPU: copy bandwidth, matmul rate, op dispatch (a child process)")
+        comm_results = CommResults(
+            cpu=measure_cpu_in_child(cpu_threads, quick=True), skipped={"gpu": CPU_ONLY}
+        )
     return ProbeReport(
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
         servelab_version=__version__,

@@ -11,12 +11,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from servelab.core.units import GIB, KIB, MIB
-from servelab.probe.comm.results import CommResults
+from servelab.probe.comm.results import CommResults, CpuRates, MatmulResult
 from servelab.probe.gpus import GpuFacts, GpuInventory
 from servelab.probe.report import ProbeReport
 from servelab.probe.sysfs import format_cpulist
 
-__all__ = ["PairCell", "RowTable", "comm_tables", "gpu_table", "host_rows", "pair_matrix"]
+_GFLOP_PER_TFLOP = 1e3
+
+__all__ = [
+    "PairCell",
+    "RowTable",
+    "comm_tables",
+    "cpu_table",
+    "gpu_table",
+    "host_rows",
+    "pair_matrix",
+]
 
 
 @dataclass(frozen=True)
@@ -123,7 +133,8 @@ def pair_matrix(inventory: GpuInventory) -> list[list[PairCell]]:
 
 
 def comm_tables(comm: CommResults) -> list[RowTable]:
-    """The measurements: per GPU against the datasheet, GPU↔GPU copies, all-reduce."""
+    """The measurements: per GPU against the datasheet, GPU↔GPU copies, all-reduce, and the
+    CPU by thread count."""
     tables = []
     if comm.memory_copy or comm.matmul or comm.host_copy:
         rows = [
@@ -171,7 +182,42 @@ def comm_tables(comm: CommResults) -> list[RowTable]:
         tables.append(_p2p_table(comm))
     if comm.allreduce is not None:
         tables.append(_allreduce_table(comm))
+    if comm.cpu is not None and (comm.cpu.by_threads or comm.cpu.errors):
+        tables.append(cpu_table(comm.cpu))
     return tables
+
+
+def cpu_table(cpu: CpuRates) -> RowTable:
+    """The CPU's rates at each torch thread count: what a CPU engine's ceiling is made of."""
+    rows = []
+    for rates in cpu.by_threads:
+        by_dtype = {m.dtype: m for m in rates.matmul}
+        copy = rates.memory_copy
+        rows.append(
+            [
+                str(rates.threads),
+                f"{copy.bandwidth_gb_s:,.1f} GB/s",
+                _cpu_matmul(by_dtype.get("fp32")),
+                _cpu_matmul(by_dtype.get("bf16")),
+                f"{rates.launch.eager_us_per_kernel:,.2f} µs",
+            ]
+        )
+    rows += [[count, f"failed: {why}", "", "", ""] for count, why in cpu.errors.items()]
+    buffer = cpu.by_threads[0].memory_copy.buffer_bytes if cpu.by_threads else None
+    title = f"Measured on the CPU ({cpu.cores} cores"
+    title += f"; copy buffer {buffer / MIB:g} MiB, read + written)" if buffer else ")"
+    return RowTable(
+        title=title,
+        header=["torch threads", "memory copy", "fp32 matmul", "bf16 matmul", "op dispatch"],
+        rows=rows,
+        right=frozenset({0, 1, 2, 3, 4}),
+    )
+
+
+def _cpu_matmul(result: MatmulResult | None) -> str:
+    if result is None:
+        return ""
+    return f"{result.tflop_s * _GFLOP_PER_TFLOP:,.0f} GFLOP/s ({result.mnk}³)"
 
 
 def _launch_table(comm: CommResults) -> RowTable:

@@ -55,7 +55,7 @@ _WEIGHTS = {"engine cpu": 0.6, "sweep": 0.3, "machine": 0.3}
 
 def rule(facts: RunFacts) -> list[Finding]:
     device = _cpu_engine(facts)
-    knee = facts.knee_level() or (facts.closed[-1] if facts.closed else None)
+    knee = _busiest_from_the_knee(facts)
     if device is None or knee is None or knee.summary.engine_cpu is None:
         return []
     cpu = knee.summary.engine_cpu
@@ -83,7 +83,7 @@ def _bound(
 ) -> Finding:
     tally = Tally()
     tally.add("engine cpu", _WEIGHTS["engine cpu"], seen)
-    tally.add("sweep", _WEIGHTS["sweep"], _tpot_grows(facts, knee))
+    tally.add("sweep", _WEIGHTS["sweep"], _tpot_grows(facts, facts.knee_level() or knee))
     free = _free_cores(cpu)
     if free is not None:
         tally.note(
@@ -107,17 +107,21 @@ def _bound(
             text=f"at most {(threads + more) / threads:.2g}x, if the steps scale with threads",
         )
     else:
-        busy = f"{cpu.host_busy_cores:.1f} of {cpu.host_cores}" if free is not None else "all"
+        busy = (
+            f"{cpu.host_busy_cores:.1f} of {cpu.host_cores} cores were busy"
+            if free is not None
+            else "the machine's idle cores were not measured"
+        )
         actions = [
             text_action(
-                f"no core is free ({busy} cores were busy at {knee.label}): measure on a "
+                f"no whole core was idle to give it ({busy} at {knee.label}): measure on a "
                 "machine with more cores, or send the load from another machine "
                 "(servelab bench --url) and give the engine the cores the client used"
             )
         ]
     return Finding(
         kind=FindingKind.CPU_BOUND,
-        title=f"the engine's {threads} CPU thread(s) were busy at the knee ({knee.label})",
+        title=f"the engine's {threads} CPU thread(s) were busy past the knee ({knee.label})",
         severity=Severity.WARNING,
         confidence=tally.confidence,
         evidence=tally.evidence,
@@ -173,6 +177,18 @@ def _contention(knee: LevelFacts, cpu: EngineCpu, threads: int, seen: list[Evide
         levels=[knee.level],
         impact=0.3,
     )
+
+
+def _busiest_from_the_knee(facts: RunFacts) -> LevelFacts | None:
+    """The level, from the knee on (the last level without a knee), where the engine used
+    the most CPU: saturation shows where the load is highest, and the knee's own level may
+    still be ramping up to it."""
+    knee = facts.knee_level()
+    levels = [knee, *facts.after_knee()] if knee is not None else facts.closed[-1:]
+    measured = [lv for lv in levels if lv.summary.engine_cpu is not None]
+    if not measured:
+        return None
+    return max(measured, key=lambda lv: lv.summary.engine_cpu.cores if lv.summary.engine_cpu else 0)
 
 
 def _cpu_engine(facts: RunFacts) -> Evidence | None:

@@ -6,8 +6,9 @@ latency, eager and replayed as a CUDA graph (launch.py; on a machine without CUD
 CPU's eager dispatch alone); per pair of GPUs, copies by
 message size both ways with a copy-and-verify check (p2p.py); across all GPUs, an
 nccl-tests-style all-reduce sweep with the transport NCCL chose (allreduce.py,
-nccl_log.py). Parts that cannot run here are listed in `skipped` with the reason, parts
-that failed in `errors`. torch is imported only inside the functions.
+nccl_log.py); and the CPU itself, by thread count: copy bandwidth, matmul rate and op
+dispatch (cpu.py). Parts that cannot run here are listed in `skipped` with the reason,
+parts that failed in `errors`. torch is imported only inside the functions.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from servelab.probe.comm.allreduce import (
     allreduce_sizes,
     run_allreduce,
 )
+from servelab.probe.comm.cpu import FULL_CPU_PLAN, QUICK_CPU_PLAN, measure_cpu
 from servelab.probe.comm.device import (
     fp8_unsupported_reason,
     measure_host_copy,
@@ -39,6 +41,8 @@ from servelab.probe.comm.results import (
     AllReduceResult,
     BandwidthPoint,
     CommResults,
+    CpuRates,
+    CpuThreadRates,
     CudaDevice,
     HostCopyResult,
     LaunchResult,
@@ -52,6 +56,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "CPU_PART",
     "NEEDS_TWO_GPUS",
     "NO_CUDA",
     "NO_DEVICES",
@@ -62,6 +67,8 @@ __all__ = [
     "AllReduceResult",
     "BandwidthPoint",
     "CommResults",
+    "CpuRates",
+    "CpuThreadRates",
     "CudaDevice",
     "HostCopyResult",
     "LaunchResult",
@@ -75,6 +82,8 @@ __all__ = [
 ]
 
 PARTS = ("memory_copy", "matmul", "host_copy", "launch", "p2p", "allreduce")
+"""The GPU parts; the CPU's rates are one more part, `CPU_PART`, measured with or without CUDA."""
+CPU_PART = "cpu"
 NO_TORCH = "torch is not installed (pip install 'servelab[local]')"
 NO_CUDA = "no CUDA device visible to torch"
 NEEDS_TWO_GPUS = "needs 2 or more GPUs"
@@ -120,10 +129,13 @@ def run_comm(
     try:
         import torch
     except ImportError:
-        results.skipped = dict.fromkeys(PARTS, NO_TORCH)
+        results.skipped = dict.fromkeys((*PARTS, CPU_PART), NO_TORCH)
         return results
     results.torch_version = str(torch.__version__)
     results.cuda_version = torch.version.cuda
+    say("the CPU: copy bandwidth, matmul rate and op dispatch by thread count")
+    with _recorded(results, CPU_PART):
+        results.cpu = measure_cpu(plan=QUICK_CPU_PLAN if quick else FULL_CPU_PLAN)
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
         results.skipped = {part: NO_CUDA for part in PARTS if part != "launch"}
         _cpu_launch(results, plan, say)

@@ -36,7 +36,7 @@ DEFAULT_MATMUL_MNK = 8192  # large enough to keep every SM busy, ~1 ms on an H20
 DEFAULT_HOST_COPY_BYTES = 256 << 20
 FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper were the first with FP8 tensor cores
 
-MatmulDtype = Literal["bf16", "fp8"]
+MatmulDtype = Literal["bf16", "fp8", "fp32"]
 
 
 def measure_memory_copy(
@@ -79,21 +79,26 @@ def measure_matmul(
     repeats: int = 10,
     spec: GpuSpec | None = None,
 ) -> MatmulResult:
-    """Time an mnk x mnk x mnk multiply; fp8 goes through torch._scaled_mm (e4m3, bf16 out).
+    """Time an mnk x mnk x mnk multiply; fp8 goes through torch._scaled_mm (e4m3, bf16 out),
+    fp32 (a CPU's own dtype) through plain torch.matmul.
 
     Raises what torch raises when the dtype cannot run here; see fp8_unsupported_reason.
     """
     import torch
 
-    a = torch.randn(mnk, mnk, device=device).to(torch.bfloat16)
-    b = torch.randn(mnk, mnk, device=device).to(torch.bfloat16)
-    if dtype == "bf16":
+    a = torch.randn(mnk, mnk, device=device)
+    b = torch.randn(mnk, mnk, device=device)
+    datasheet: float | None = None
+    if dtype != "fp8":
+        if dtype == "bf16":
+            a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
+            datasheet = spec.bf16_dense_flops if spec else None
         out = torch.empty_like(a)
         times = time_per_call_us(
             device, lambda: torch.matmul(a, b, out=out), iterations=iterations, repeats=repeats
         )
-        datasheet = spec.bf16_dense_flops if spec else None
     else:
+        a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
         a8 = a.to(torch.float8_e4m3fn)
         b8 = b.to(torch.float8_e4m3fn).t()  # _scaled_mm wants the second operand column-major
         scale = torch.ones((), device=device)

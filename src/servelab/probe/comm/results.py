@@ -14,6 +14,8 @@ __all__ = [
     "AllReduceResult",
     "BandwidthPoint",
     "CommResults",
+    "CpuRates",
+    "CpuThreadRates",
     "CudaDevice",
     "HostCopyResult",
     "LaunchResult",
@@ -46,7 +48,7 @@ class BandwidthPoint(_Model):
 class MemoryCopyResult(_Model):
     """Device-to-device copy of one large buffer: the DRAM bandwidth a kernel can reach."""
 
-    device: str = Field(description="torch device, e.g. 'cuda:0'.")
+    device: str = Field(description="torch device, e.g. 'cuda:0', or 'cpu'.")
     buffer_bytes: int = Field(description="Size of the buffer copied.")
     bytes_moved: int = Field(description="Bytes read plus bytes written: 2 x buffer_bytes.")
     time_us: float = Field(description="Median time per copy.")
@@ -65,7 +67,9 @@ class MatmulResult(_Model):
     """Square matrix multiply: the tensor-core rate this GPU reaches at its clocks and power."""
 
     device: str
-    dtype: str = Field(description="'bf16', or 'fp8' (e4m3 inputs, bf16 output).")
+    dtype: str = Field(
+        description="'bf16', 'fp8' (e4m3 inputs, bf16 output) or, on the CPU, 'fp32'."
+    )
     mnk: int = Field(description="m = n = k of the multiply.")
     time_us: float = Field(description="Median time per multiply.")
     tflop_s: float = Field(description="2 m n k / time_us, in 10^12 FLOP/s.")
@@ -209,6 +213,47 @@ class CudaDevice(_Model):
     )
 
 
+class CpuThreadRates(_Model):
+    """The CPU's rates with torch running `threads` intra-op threads (torch.set_num_threads).
+
+    Facts, not verdicts: a CPU has no datasheet here to compare with. The model reads them
+    as the ceiling of an engine running on the CPU at the same thread count.
+    """
+
+    threads: int = Field(description="torch intra-op threads while these were measured.")
+    memory_copy: MemoryCopyResult = Field(
+        description="One buffer copied into another, larger than the last-level cache."
+    )
+    matmul: list[MatmulResult] = Field(
+        description="Square multiplies: fp32 always, bf16 with --comm (torch's CPU kernels)."
+    )
+    launch: LaunchResult = Field(
+        description="The launch chain on the CPU: one eager torch op's dispatch and run."
+    )
+
+
+class CpuRates(_Model):
+    """The CPU measured at each thread count an engine here is likely to run with."""
+
+    cores: int = Field(description="CPUs this process may run on (its affinity).")
+    torch_threads: int = Field(description="torch.get_num_threads() before measuring.")
+    omp_num_threads: str | None = Field(
+        default=None, description="OMP_NUM_THREADS in the measuring process's environment."
+    )
+    last_level_cache_bytes: int | None = Field(
+        default=None, description="Largest CPU cache sysfs reports; the copy buffer exceeds it."
+    )
+    by_threads: list[CpuThreadRates] = Field(default_factory=list, description="By thread count.")
+    errors: dict[str, str] = Field(
+        default_factory=dict, description="Thread count (or part) -> the error it raised."
+    )
+    duration_s: float = Field(default=0.0, description="Wall time of the measurement.")
+
+    def at(self, threads: int) -> CpuThreadRates | None:
+        """The rates measured at exactly `threads`, or None."""
+        return next((r for r in self.by_threads if r.threads == threads), None)
+
+
 class CommResults(_Model):
     """Everything `run_comm` measured on this machine; nothing here was raised."""
 
@@ -223,6 +268,10 @@ class CommResults(_Model):
     )
     p2p: list[P2PResult] | None = None
     allreduce: AllReduceResult | None = None
+    cpu: CpuRates | None = Field(
+        default=None,
+        description="The CPU's copy bandwidth, matmul rates and op dispatch by thread count.",
+    )
     skipped: dict[str, str] = Field(
         default_factory=dict, description="Part (or part:device) -> why it did not run here."
     )
