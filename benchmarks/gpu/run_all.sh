@@ -35,6 +35,12 @@
 #             CUDA_ERROR_NO_DEVICE), and `servelab engine check` reading specs against
 #             this machine (a GPU index that is not there, a layout too large, NCCL
 #             variables); cuda-summary.txt holds the verdict lines.
+#   cache     the KV cache in tokens on the GPU: h200-ref with a memory share too small
+#             for its batch tokens (knobs {cuda_graphs: true, mem_fraction: 0.002}) under
+#             `servelab run`, which must stop at preflight with the named cause (exit 5),
+#             then h200-ref with knobs {cuda_graphs: true, kv_cache_tokens: 16384} swept at
+#             1, 4, 16 (--cb-num-blocks 64: the engine's own log says what it built);
+#             cache-summary.txt holds the error line, the exit codes and the cache lines.
 # Logs and results, tarred, go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -176,6 +182,26 @@ d['verdicts'] if v['code'].startswith(('cuda', 'sm120'))]"
             "$LOGS/cuda-check-absent.err" "$LOGS/cuda-check-nccl.out" "$LOGS/cuda-check-nccl.err"
     } > "$OUT/cuda-summary.txt" 2>&1
     cat "$OUT/cuda-summary.txt"
+fi
+
+if [[ " $PARTS " == *" cache "* ]]; then
+    printf 'engine: embedded\nmodel: h200-ref\nknobs: {cuda_graphs: true, mem_fraction: 0.002}\n' \
+        > /tmp/h200-starved.yaml
+    printf 'engine: embedded\nmodel: h200-ref\nknobs: {cuda_graphs: true, kv_cache_tokens: 16384}\n' \
+        > /tmp/h200-tokens.yaml
+    timed cache-starved timeout -s INT 300 python3 -m servelab run --engine /tmp/h200-starved.yaml \
+        --concurrency 1 --num-requests 4 --input-len 512 --output-len 64 --out "$LOGS/cache-starved"
+    timed cache-tokens timeout -s INT 300 python3 -m servelab run --engine /tmp/h200-tokens.yaml \
+        --concurrency 1,4,16 --duration 10s --input-len 512 --output-len 64 --gpus 0 \
+        --out "$LOGS/cache-tokens"
+    {
+        grep -E "^cache-" "$LOGS/times.txt"
+        grep -E "^error" "$LOGS/cache-starved.err"
+        grep -hE "Paged cache initialized|Memory available for cache|Invalid values" \
+            "$LOGS/cache-starved/engine.log" "$LOGS/cache-tokens/engine.log"
+        grep -E "^level|^top finding|^try first" "$LOGS/cache-tokens.err"
+    } > "$OUT/cache-summary.txt" 2>&1
+    cat "$OUT/cache-summary.txt"
 fi
 
 nvidia-smi --query-gpu=memory.used --format=csv >> "$LOGS/env.txt" 2>&1

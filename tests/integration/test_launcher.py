@@ -120,3 +120,20 @@ def test_engine_env_is_added_to_the_parents(tmp_path: Path, start_sim, monkeypat
         assert b"SERVELAB_PARENT_MARK=1" in environ and b"SERVELAB_CHILD_MARK=2" in environ
     finally:
         engine.stop(grace_s=1.0)
+
+
+def test_an_event_names_its_line_of_engine_log(tmp_path: Path):
+    """A log event's line number is engine.log's own, the launcher's note counted."""
+    from servelab.engines.watched import launch_watched
+
+    log = tmp_path / "engine.log"
+    watched = launch_watched(
+        EngineSpec(engine="sim", options={"ttft_ms": 1, "itl_ms": 1}, startup_timeout_s=60),
+        log_path=log,
+    )
+    watched.engine.stop()
+    assert watched.matcher is not None
+    ready = next(e for e in watched.matcher.events if e.kind.value == "engine_ready")
+    lines = log.read_text().splitlines()
+    assert "servelab: launching" in lines[0]
+    assert "serving on http://127.0.0.1:" in lines[ready.line_no - 1]

@@ -38,6 +38,7 @@ from servelab.engines.registry import get_adapter
 
 __all__ = [
     "DEFAULT_STOP_GRACE_S",
+    "LAUNCH_NOTE_LINES",
     "LOCALHOST",
     "RunningEngine",
     "engine_running",
@@ -47,6 +48,8 @@ __all__ = [
 ]
 
 DEFAULT_STOP_GRACE_S = 10.0
+LAUNCH_NOTE_LINES = 1
+"""Lines the launcher writes into engine.log before the engine's first (the launch command)."""
 _POLL_S = 0.25
 _LOG_TAIL_LINES = 20
 _TERM_WITH_SERVELAB = functools.partial(request_parent_death_signal, signal.SIGTERM)

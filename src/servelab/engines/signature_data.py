@@ -178,11 +178,10 @@ KIND_INFO: Mapping[EventKind, KindInfo] = MappingProxyType(
             "worker is dead and every later request gets HTTP 503. With eager or SDPA attention "
             "the attention masks cost max_batch_tokens x (cache tokens + max_batch_tokens) "
             "activations, which at the default 8192 batch tokens can take all of it.",
-            "Size the cache and the batch yourself: `knobs.kv_cache_tokens` (transformers "
-            "--cb-num-blocks, in blocks of --cb-block-size tokens) and a smaller "
-            "`knobs.max_batch_tokens` (--cb-max-batch-tokens; the masks cost batch tokens x "
-            "cache tokens), or let it use more memory (`knobs.mem_fraction`, "
-            "--cb-max-memory-percent).",
+            "Size the cache in tokens, `knobs.kv_cache_tokens` (servelab passes it as "
+            "--cb-num-blocks), and lower `knobs.max_batch_tokens` (--cb-max-batch-tokens; the "
+            "masks cost batch tokens x cache tokens); on a GPU a larger share also works "
+            "(`knobs.mem_fraction`, --cb-max-memory-percent).",
         ),
         EventKind.CONTINUOUS_BATCHING_OFF: KindInfo(
             "The model cannot use continuous batching; requests are generated one after another.",

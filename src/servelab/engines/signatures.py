@@ -112,7 +112,9 @@ class LogScan(BaseModel):
 class SignatureMatcher:
     """Matches one engine's log lines against its signatures, as they arrive."""
 
-    def __init__(self, engine: str) -> None:
+    def __init__(self, engine: str, *, lines_before: int = 0) -> None:
+        """`lines_before`: lines of the log file written before the first one fed here (the
+        launcher's own note), so an event's line number is the file's."""
         signatures = SIGNATURES.get(engine)
         if signatures is None:
             known = ", ".join(sorted(SIGNATURES))
@@ -125,7 +127,7 @@ class SignatureMatcher:
             for literal in sig.literals:
                 by_literal.setdefault(literal, []).append(index)
         self._literals = tuple((literal, tuple(ids)) for literal, ids in by_literal.items())
-        self._lines = 0
+        self._lines = lines_before
         self._after_frame = False
         self._events: list[LogEvent] = []
         self._by_key: dict[tuple[str, str], LogEvent] = {}

@@ -16,7 +16,7 @@ from pathlib import Path
 from servelab.core.clock import now_ns
 from servelab.core.errors import EngineLaunchError
 from servelab.engines.base import EngineSpec
-from servelab.engines.launcher import RunningEngine, launch_engine
+from servelab.engines.launcher import LAUNCH_NOTE_LINES, RunningEngine, launch_engine
 from servelab.engines.signatures import (
     KIND_INFO,
     SIGNATURES,
@@ -51,7 +51,11 @@ def launch_watched(
 ) -> WatchedEngine:
     """`launch_engine` with a SignatureMatcher on every log line; a launch error gets the
     warnings and errors it matched, each with what to try."""
-    matcher = SignatureMatcher(spec.engine) if spec.engine in SIGNATURES else None
+    matcher = (
+        SignatureMatcher(spec.engine, lines_before=LAUNCH_NOTE_LINES)
+        if spec.engine in SIGNATURES
+        else None
+    )
     log_stats = LogStats(spec.engine) if spec.engine in LOG_STATS_ENGINES else None
     try:
         engine = launch_engine(
