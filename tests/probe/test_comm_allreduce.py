@@ -16,8 +16,9 @@ from servelab.probe.comm.allreduce import (
     bus_bandwidth_factor,
     run_allreduce,
 )
+from tests.ci import require_module
 
-pytest.importorskip("torch")
+require_module("torch")
 
 SIZES = [8, 1024, 64 << 10]
 

@@ -17,6 +17,7 @@ from servelab.probe.comm.cpu import (
 from servelab.probe.comm.results import CommResults, CpuRates
 from servelab.probe.report import ProbeReport
 from servelab.report.probe_rows import comm_tables
+from tests.ci import require_module
 
 _TINY_PLAN = CpuPlan(
     min_copy_bytes=8 * MIB,
@@ -31,7 +32,7 @@ _TINY_PLAN = CpuPlan(
 
 
 def test_the_real_measurement_is_positive_and_records_its_thread_count():
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     before = torch.get_num_threads()
     rates = measure_cpu([1], plan=_TINY_PLAN)
     assert torch.get_num_threads() == before  # restored
@@ -92,7 +93,7 @@ def test_run_probe_takes_the_cpu_rates_without_comm(monkeypatch):
 
 
 def test_the_probe_tables_show_the_cpu_by_thread_count():
-    pytest.importorskip("torch")
+    require_module("torch")
     rates = measure_cpu([1], plan=_TINY_PLAN)
     rates.errors["4"] = "RuntimeError: boom"
     [table] = comm_tables(CommResults(cpu=rates))

@@ -13,8 +13,9 @@ from servelab.probe.comm.device import (
     measure_memory_copy,
 )
 from servelab.probe.comm.p2p import measure_p2p_pair
+from tests.ci import require_module
 
-torch = pytest.importorskip("torch")
+torch = require_module("torch")
 CPU = torch.device("cpu")
 
 

@@ -6,8 +6,9 @@ import pytest
 
 from servelab.probe.comm import CommResults, LaunchResult, measure_launch
 from servelab.probe.report import ProbeReport
+from tests.ci import require_module
 
-torch = pytest.importorskip("torch")
+torch = require_module("torch")
 CPU = torch.device("cpu")
 
 

@@ -23,6 +23,7 @@ from servelab.probe.comm import (
     cuda_uuid_map,
     run_comm,
 )
+from tests.ci import require_module
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +42,7 @@ def test_importing_the_comm_package_does_not_import_torch():
 
 def test_without_cuda_every_part_is_skipped_with_the_reason(monkeypatch):
     """All but the kernel launches, measured eager on the CPU, and the graph said missing."""
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # whatever this host has
     heard: list[str] = []
     results = run_comm(progress=heard.append)
@@ -71,7 +72,7 @@ def test_without_torch_every_part_is_skipped(monkeypatch):
 
 
 def test_one_gpu_skips_the_pairwise_parts(monkeypatch):
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     device = CudaDevice(index=0, name="NVIDIA H200", uuid="GPU-x", compute_capability="9.0")
@@ -85,7 +86,7 @@ def test_one_gpu_skips_the_pairwise_parts(monkeypatch):
 
 
 def test_unreadable_devices_are_an_error_not_an_exception(monkeypatch):
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
 

@@ -25,10 +25,11 @@ from servelab.probe.nvml import (
     topology_label,
     virtualization_label,
 )
+from tests.ci import require_module
 
 DATA = Path(__file__).parent / "data"
 
-pynvml = pytest.importorskip("pynvml")
+pynvml = require_module("pynvml")
 
 
 def _p2p_constant(name: str) -> int:

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from servelab.trace import summarize_trace
+from tests.ci import require_module
 
-pytest.importorskip("torch")
+require_module("torch")
 
 # vLLM's step annotation (vllm/v1/worker/gpu_worker.py) around one prefill and three decodes.
 SCRIPT = """

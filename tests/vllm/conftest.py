@@ -51,6 +51,7 @@ from servelab.store import RunDir
 from servelab.tune.results import StudyResult, TrialRow
 from servelab.tune.space import parse_space
 from servelab.tune.study import WorkerConfig, run_study
+from tests.ci import missing
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_VENV = Path(os.environ.get("SERVELAB_VLLM_VENV", REPO / ".venv-vllm"))
@@ -83,9 +84,7 @@ def require_vllm() -> None:
     why = vllm_missing()
     if why is None:
         return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true and {why}", pytrace=False)
-    pytest.skip(why)
+    missing(why)
 
 
 def launch_slot(what: str) -> None:

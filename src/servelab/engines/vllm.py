@@ -26,9 +26,11 @@ the same folder transformers serve runs on, in the preset's dtype.
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 import subprocess
 from math import ceil
+from pathlib import PurePath
 
 from servelab.core.errors import ConfigError
 from servelab.engines.base import PINNING_FIELDS, EngineSpec
@@ -238,19 +240,44 @@ def _refuse_gpu_knobs_on_cpu(spec: EngineSpec) -> None:
 
 
 def script_interpreter(program: str) -> str | None:
-    """The interpreter on a script's `#!` line, if `program` is one on PATH."""
+    """The interpreter a script on PATH runs under, from its `#!` line.
+
+    Three forms are read: `#!/path/python` (the interpreter itself), `#!/usr/bin/env
+    python3` (env's first operand, found on PATH), and pip's launcher for interpreter paths
+    too long for a `#!` line (`#!/bin/sh`, then a line `'''exec' "/path/python" "$0" "$@"`).
+    None when `program` is not a script or names no interpreter.
+    """
     found = shutil.which(program)
     if found is None:
         return None
     try:
         with open(found, "rb") as script:
-            first = script.readline(4096)
+            first, second = script.readline(4096), script.readline(4096)
     except OSError:
         return None
     if not first.startswith(b"#!"):
         return None
     words = first[2:].decode(errors="replace").split()
-    return words[0] if words else None
+    if not words:
+        return None
+    if PurePath(words[0]).name == "env":
+        operands = [word for word in words[1:] if not word.startswith("-") and "=" not in word]
+        return shutil.which(operands[0]) if operands else None
+    if PurePath(words[0]).name in _SHELLS:
+        return _launcher_target(second.decode(errors="replace"))
+    return words[0]
+
+
+_SHELLS = frozenset({"sh", "bash", "dash"})
+_LAUNCHER = re.compile(r"""^'''exec' (?:"([^"]+)"|(\S+)) """)
+"""pip's shell launcher line for long interpreter paths (distlib's scripts.py)."""
+
+
+def _launcher_target(line: str) -> str | None:
+    match = _LAUNCHER.match(line)
+    if match is None:
+        return None
+    return match.group(1) or match.group(2)
 
 
 @functools.lru_cache(maxsize=16)
