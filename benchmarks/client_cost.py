@@ -59,6 +59,7 @@ from client_fidelity import (
     _work_dir,
     print_header,
 )
+from servelab.core.processes import proc_stat
 from servelab.sim import TruthRecord, read_truth
 
 HERE = Path(__file__).resolve().parent
@@ -327,12 +328,8 @@ def _tree(pid: int) -> list[int]:
 
 def _cpu_s(pid: int) -> tuple[float, float] | None:
     """(user, system) CPU seconds of one process."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
+    stat = proc_stat(pid)
+    return None if stat is None else (stat.user_s, stat.system_s)
 
 
 def _start_py_spy(pid: int, folder: Path | None, run_dir: Path) -> subprocess.Popen | None:

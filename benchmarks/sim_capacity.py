@@ -29,6 +29,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
+from servelab.core.processes import proc_stat
 from servelab.sim import read_truth
 
 SERVE = (
@@ -130,11 +131,8 @@ def _process_tree(pid: int) -> list[int]:
 
 def _cpu_s(pids: list[int]) -> float:
     """User plus system CPU seconds of these processes."""
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    stats = [proc_stat(pid) for pid in pids]
+    return sum(stat.cpu_s for stat in stats if stat is not None)
 
 
 def _window(record: Path, t_first: int, t_last: int) -> np.ndarray:

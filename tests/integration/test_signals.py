@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from servelab.core.processes import all_proc_stats, proc_stat
 from tests.conftest import SERVELAB
 
 
@@ -38,25 +39,13 @@ def _wait_for_records(out: Path, count: int) -> None:
     raise AssertionError(f"fewer than {count} records were written")
 
 
-def _stat(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
 def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        fields = _stat(int(entry.name)) if entry.name.isdigit() else None
-        if fields is not None and fields[0] != "Z" and int(fields[1]) == pid:
-            found.append(int(entry.name))
-    return found
+    return [s.pid for s in all_proc_stats() if s.state != "Z" and s.ppid == pid]
 
 
 def _alive(pid: int) -> bool:
-    fields = _stat(pid)
-    return fields is not None and fields[0] != "Z"
+    stat = proc_stat(pid)
+    return stat is not None and stat.state != "Z"
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])

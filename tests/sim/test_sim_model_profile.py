@@ -11,7 +11,8 @@ import servelab.model
 from servelab.model import deploy
 from servelab.sim import SimConfig
 from servelab.sim.model_profile import STORY_STEP_OVERHEAD_MS, ModelStepCost
-from servelab.sim.stepcost import LinearStepCost, ScaledStepCost, step_cost_for
+from servelab.sim.profiles import step_cost_for
+from servelab.sim.stepcost import LinearStepCost, ScaledStepCost
 
 
 def test_model_step_cost_asks_the_model_with_the_mean_context(monkeypatch):

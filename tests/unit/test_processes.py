@@ -7,9 +7,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from servelab.core.processes import die_with_parent
+from servelab.core.processes import die_with_parent, proc_stat
 
 _PARENT = """
 import subprocess, sys, time
@@ -30,8 +29,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+    stat = proc_stat(pid)
+    return not (stat is not None and stat.state == "Z")
 
 
 def test_child_dies_within_a_second_of_its_parent():
@@ -70,3 +69,12 @@ def test_the_watch_thread_is_a_daemon(monkeypatch):
     monkeypatch.setattr("servelab.core.processes.request_parent_death_signal", lambda sig: True)
     die_with_parent(os.getppid())
     assert started and started[0].daemon
+
+
+def test_proc_stat_reads_this_process():
+    stat = proc_stat(os.getpid())
+    assert stat is not None and stat.pid == os.getpid()
+    assert stat.session == os.getsid(0) and stat.pgrp == os.getpgid(0)
+    assert stat.ppid == os.getppid() and stat.state in "RS"
+    assert stat.cpu_s == stat.user_s + stat.system_s > 0
+    assert proc_stat(2**22 + 1) is None  # past pid_max: no such process

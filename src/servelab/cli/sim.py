@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["sim"]
 
 LINEAR = "linear"
-"""The profile the --step-* flags describe (servelab.sim.stepcost.LINEAR_PROFILE)."""
+"""The profile the --step-* flags describe (servelab.sim.profiles.LINEAR_PROFILE)."""
 MODEL = "model"
 """The profile --model describes (servelab.sim.model_profile.MODEL_PROFILE)."""
 
@@ -214,7 +214,7 @@ def sim(
         from pydantic import ValidationError
 
         from servelab.sim import SimConfig, serve
-        from servelab.sim.stepcost import check_step_cost
+        from servelab.sim.profiles import check_step_cost
 
         style = _metrics_style(metrics_style)
         # Only the flags given: an absent one keeps SimConfig's (or its profile's) default.

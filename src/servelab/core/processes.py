@@ -1,4 +1,4 @@
-"""Signalling a whole process group, and children that end with their parent.
+"""Signalling a whole process group, children that end with their parent, and /proc/PID/stat.
 
 How servelab stops what it started, children too, and how a child it started makes sure
 it never outlives servelab: a worker left behind by a SIGKILLed parent holds its pipes,
@@ -12,12 +12,18 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = [
     "PARENT_POLL_S",
+    "ProcStat",
+    "all_proc_stats",
     "describe_exit",
     "die_with_parent",
     "group_alive",
+    "proc_stat",
     "request_parent_death_signal",
     "signal_group",
 ]
@@ -26,6 +32,54 @@ PARENT_POLL_S = 0.25
 """How often a child checks its parent is alive where the kernel cannot tell it."""
 
 _PR_SET_PDEATHSIG = 1
+_PROC = Path("/proc")
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """The fields of /proc/PID/stat that say who a process belongs to and what it costs."""
+
+    pid: int
+    state: str
+    ppid: int
+    pgrp: int
+    session: int
+    user_s: float
+    system_s: float
+
+    @property
+    def cpu_s(self) -> float:
+        """utime + stime, in seconds."""
+        return self.user_s + self.system_s
+
+
+def proc_stat(pid: int, proc: Path = _PROC) -> ProcStat | None:
+    """One process's stat line; None once it is gone (or on a system without /proc)."""
+    try:
+        text = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces: split after the last ")".
+    fields = text[text.rfind(")") + 2 :].split()
+    if len(fields) < 13:
+        return None
+    return ProcStat(
+        pid=pid,
+        state=fields[0],
+        ppid=int(fields[1]),
+        pgrp=int(fields[2]),
+        session=int(fields[3]),
+        user_s=int(fields[11]) / _TICKS,
+        system_s=int(fields[12]) / _TICKS,
+    )
+
+
+def all_proc_stats(proc: Path = _PROC) -> Iterator[ProcStat]:
+    """Every process's stat, skipping those that exit while they are read."""
+    for entry in proc.iterdir():
+        if entry.name.isdigit() and (stat := proc_stat(int(entry.name), proc)) is not None:
+            yield stat
 
 
 def signal_group(pgid: int, sig: signal.Signals) -> None:

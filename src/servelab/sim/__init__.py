@@ -12,9 +12,10 @@ from servelab.sim.batching import Batcher, EngineRequest, Step
 from servelab.sim.config import MetricsStyle, SimConfig
 from servelab.sim.faults import Fault
 from servelab.sim.process import serve
+from servelab.sim.profiles import PROFILES
 from servelab.sim.server import RunningSim, start
 from servelab.sim.stats import SimStats
-from servelab.sim.stepcost import PROFILES, LinearStepCost, StepCost, StepCostFactory
+from servelab.sim.stepcost import LinearStepCost, StepCost, StepCostFactory
 from servelab.sim.timing import FixedTiming, TimedRequest, TimingSource
 from servelab.sim.truth import Outcome, TruthRecord, read_truth
 

@@ -30,6 +30,7 @@ from servelab.sim.parsing import (
     parse_json,
     prompt_token_ids,
 )
+from servelab.sim.profiles import step_cost_for
 from servelab.sim.responses import (
     completion_body,
     models_body,
@@ -39,7 +40,7 @@ from servelab.sim.responses import (
 )
 from servelab.sim.scheduler import RequestInfo, Scheduler, Stream
 from servelab.sim.stats import SimCounters, SimStats
-from servelab.sim.stepcost import ScaledStepCost, StepCost, step_cost_for
+from servelab.sim.stepcost import ScaledStepCost, StepCost
 from servelab.sim.steploop import StepLoop
 from servelab.sim.timing import FixedTiming, TimedRequest, TimingSource
 from servelab.sim.truth import Outcome, TruthLog

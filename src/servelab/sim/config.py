@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servelab.sim.model_profile import CALIBRATED_PROFILES, PROFILE_DEFAULTS
-from servelab.sim.stepcost import PROFILES
+from servelab.sim.profiles import PROFILES
 
 __all__ = [
     "DEFAULT_CHUNKED_PREFILL_SIZE",
@@ -58,7 +58,7 @@ class SimConfig(BaseModel):
     the request starts and each further chunk `itl_ms` after the previous one's due time.
     A request starts when it is received, or, with `max_running_requests`, once fewer
     than that many are running (it waits in arrival order meanwhile).
-    Batching (a `profile`, see `servelab.sim.stepcost.PROFILES`): a continuous-batching
+    Batching (a `profile`, see `servelab.sim.profiles.PROFILES`): a continuous-batching
     engine whose step times come from the profile's StepCost (see `servelab.sim.batching`);
     `ttft_ms` and `itl_ms` are then unused. It runs in one process (`workers` must be 1).
     Fault rates are per-request probabilities; at most one fault hits a request, so

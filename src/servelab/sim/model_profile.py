@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from servelab.core.units import US_PER_MS
 from servelab.model.deployment import DEFAULT_STEP_OVERHEAD_US
+from servelab.sim.stepcost import StepCost, StepCostFactory, StepSettings
 
 if TYPE_CHECKING:
     from servelab.model import Deployment
-    from servelab.sim.config import SimConfig
-    from servelab.sim.stepcost import StepCost
 
 __all__ = [
     "CALIBRATED_PROFILES",
@@ -73,7 +72,7 @@ class ModelStepCost:
         )
 
 
-def _from_settings(config: SimConfig) -> StepCost:
+def _from_settings(config: StepSettings) -> StepCost:
     from servelab.core.errors import ConfigError
     from servelab.model import deploy
 
@@ -96,7 +95,7 @@ def _from_settings(config: SimConfig) -> StepCost:
     )
 
 
-def _story(config: SimConfig) -> StepCost:
+def _story(config: StepSettings) -> StepCost:
     from servelab.model import deploy
 
     return ModelStepCost(
@@ -111,6 +110,6 @@ def _story(config: SimConfig) -> StepCost:
     )
 
 
-def model_profiles() -> dict[str, Any]:
-    """The model-driven profiles, for `servelab.sim.stepcost.PROFILES`."""
+def model_profiles() -> dict[str, StepCostFactory]:
+    """The model-driven profiles, for `servelab.sim.profiles.PROFILES`."""
     return {MODEL_PROFILE: _from_settings, STORY_PROFILE: _story}

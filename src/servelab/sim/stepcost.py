@@ -3,32 +3,28 @@
 A step runs every decoding request forward by one token and, within the chunked-prefill
 budget, some prompt tokens of requests still being prefilled. `StepCost` is the contract
 any performance model meets to drive the simulator; `LinearStepCost` is the simple one
-used by tests and by the `--step-*` flags. Named profiles live in `PROFILES`: each maps
-a name to a factory that builds a `StepCost` from the simulator's settings, so a
-model-driven profile (a model, a GPU, a layout) plugs in as one more entry.
+used by tests and by the `--step-*` flags. Named profiles live in
+`servelab.sim.profiles.PROFILES`: each maps a name to a factory that builds a `StepCost`
+from the simulator's settings (`StepSettings`, which `SimConfig` is), so a model-driven
+profile (a model, a GPU, a layout) plugs in as one more entry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from pathlib import Path
+from typing import Protocol
 
 from servelab.core.units import MS_PER_S
-from servelab.sim.model_profile import model_profiles
-
-if TYPE_CHECKING:
-    from servelab.sim.config import SimConfig
 
 __all__ = [
-    "LINEAR_PROFILE",
-    "PROFILES",
     "LinearStepCost",
     "ScaledStepCost",
     "StepCost",
     "StepCostFactory",
-    "check_step_cost",
-    "step_cost_for",
+    "StepSettings",
+    "linear_step_cost",
 ]
 
 
@@ -93,34 +89,50 @@ class ScaledStepCost:
         )
 
 
-StepCostFactory = Callable[["SimConfig"], StepCost]
+class StepSettings(Protocol):
+    """The simulator's settings a profile's factory reads (`SimConfig` has them all)."""
+
+    @property
+    def profile(self) -> str | None: ...
+    @property
+    def step_base_ms(self) -> float: ...
+    @property
+    def step_per_seq_ms(self) -> float: ...
+    @property
+    def prefill_per_token_ms(self) -> float: ...
+    @property
+    def step_per_context_token_ms(self) -> float: ...
+    @property
+    def perf_model(self) -> str | None: ...
+    @property
+    def gpu(self) -> str | None: ...
+    @property
+    def gpus(self) -> int | None: ...
+    @property
+    def tp(self) -> int | None: ...
+    @property
+    def pp(self) -> int: ...
+    @property
+    def ep(self) -> int: ...
+    @property
+    def dp(self) -> int: ...
+    @property
+    def weights(self) -> str | None: ...
+    @property
+    def kv_dtype(self) -> str: ...
+    @property
+    def calibrate(self) -> Path | None: ...
+
+
+StepCostFactory = Callable[[StepSettings], StepCost]
 """Builds a profile's StepCost from the simulator's settings (its flags)."""
 
 
-def _linear(config: SimConfig) -> StepCost:
+def linear_step_cost(settings: StepSettings) -> StepCost:
+    """The `--step-*` flags' profile."""
     return LinearStepCost(
-        base_ms=config.step_base_ms,
-        per_seq_ms=config.step_per_seq_ms,
-        per_prefill_token_ms=config.prefill_per_token_ms,
-        per_context_token_ms=config.step_per_context_token_ms,
+        base_ms=settings.step_base_ms,
+        per_seq_ms=settings.step_per_seq_ms,
+        per_prefill_token_ms=settings.prefill_per_token_ms,
+        per_context_token_ms=settings.step_per_context_token_ms,
     )
-
-
-LINEAR_PROFILE = "linear"
-
-PROFILES: dict[str, StepCostFactory] = {LINEAR_PROFILE: _linear, **model_profiles()}
-"""Named step-cost profiles, as `servelab sim --profile NAME` offers them. Register one by
-adding an entry: `PROFILES["my-gpu"] = lambda config: MyStepCost(...)`."""
-
-
-def check_step_cost(config: SimConfig) -> None:
-    """A ConfigError now, in one line, if the profile's deployment cannot be built
-    (a layout that does not fit, an unknown GPU), rather than in a worker after start."""
-    step_cost_for(config)
-
-
-def step_cost_for(config: SimConfig) -> StepCost | None:
-    """The StepCost of the config's profile; None in fixed-timing mode (no profile)."""
-    if config.profile is None:
-        return None
-    return PROFILES[config.profile](config)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servelab.core.processes import all_proc_stats
+
 __all__ = ["EngineCpu", "EngineCpuMeter", "host_busy_s", "session_cpu_s"]
 
 _PROC = Path("/proc")
@@ -41,21 +43,8 @@ class EngineCpu(BaseModel):
 
 def session_cpu_s(session_id: int, proc: Path = _PROC) -> tuple[float, int] | None:
     """(CPU seconds, process count) of the processes in `session_id`; None: no such session."""
-    total_ticks, count = 0, 0
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue  # it exited while we looked
-        # The command name is in parentheses and may hold spaces: split after the last ")".
-        fields = text[text.rfind(")") + 2 :].split()
-        if len(fields) < 13 or int(fields[3]) != session_id:
-            continue
-        total_ticks += int(fields[11]) + int(fields[12])
-        count += 1
-    return (total_ticks / _TICKS, count) if count else None
+    members = [stat for stat in all_proc_stats(proc) if stat.session == session_id]
+    return (sum(stat.cpu_s for stat in members), len(members)) if members else None
 
 
 def host_busy_s(proc: Path = _PROC, cpus: frozenset[int] | None = None) -> float | None:

@@ -10,7 +10,7 @@ absent, not a value), and a document of the wrong shape is `NotImportable`, whic
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,10 +25,13 @@ __all__ = [
     "METRICS",
     "STATS",
     "Doc",
+    "LevelParse",
     "NotImportable",
     "Parsed",
+    "ParsedLevels",
     "build_level",
     "lacking",
+    "parse_levels",
     "stats_ms",
     "to_ms",
     "to_s",
@@ -38,6 +41,45 @@ STATS = ("mean", "median", "std", "p90", "p95", "p99")
 """The statistics servelab keeps of each latency, in its field names' order."""
 METRICS = ("ttft", "tpot", "itl", "e2e_latency")
 """The latencies, as servelab's field names spell them (`mean_ttft_ms`, ...)."""
+
+LevelParse = Callable[[int, "Doc"], tuple[LevelSummary, list[RequestRecord], str | None]]
+"""One document to its level, the requests rebuilt from it, and why none were if none."""
+
+
+@dataclass
+class ParsedLevels:
+    """What a peer's documents gave, level by level, before its own notes are added."""
+
+    levels: list[LevelSummary] = field(default_factory=list)
+    records: list[RequestRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    why_not: list[str] = field(default_factory=list)
+
+
+def parse_levels(
+    docs: Sequence[Doc],
+    parse: LevelParse,
+    *,
+    rebuilt: str,
+    other: Callable[[int, Doc], LevelSummary | None] = lambda _index, _doc: None,
+) -> ParsedLevels:
+    """Every document a level, in file order: `other` takes those of another generation
+    (no requests), `parse` the rest. `rebuilt` words the note for a level whose requests
+    were rebuilt; it is formatted with `index` and `count`."""
+    out = ParsedLevels()
+    for index, doc in enumerate(docs):
+        if (level := other(index, doc)) is not None:
+            out.levels.append(level)
+            continue
+        level, records, reason = parse(index, doc)
+        out.levels.append(level)
+        out.records += records
+        if reason:
+            out.why_not.append(f"level {index}: {reason}")
+        if records:
+            out.notes.append(rebuilt.format(index=index, count=len(records)))
+    return out
+
 
 _MS_PER_UNIT = {
     "ms": 1.0,

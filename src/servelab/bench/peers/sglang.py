@@ -13,7 +13,15 @@ import math
 from typing import Any
 
 from servelab.bench.peers.chunks import RequestArrays, rebuild_records
-from servelab.bench.peers.common import METRICS, STATS, Doc, NotImportable, Parsed, build_level
+from servelab.bench.peers.common import (
+    METRICS,
+    STATS,
+    Doc,
+    NotImportable,
+    Parsed,
+    build_level,
+    parse_levels,
+)
 from servelab.bench.records import RequestRecord
 from servelab.bench.results import LevelSummary
 from servelab.core.units import NS_PER_S
@@ -43,27 +51,16 @@ _OLD = (
 
 def parse_sglang(docs: list[Doc]) -> Parsed:
     """Every line a level, in file order."""
-    levels: list[LevelSummary] = []
-    records: list[RequestRecord] = []
-    notes = [_DEFINITIONS]
-    why_not: list[str] = []
     old = [i for i, doc in enumerate(docs) if _is_old(doc)]
-    for index, doc in enumerate(docs):
-        if index in old:
-            levels.append(_old_level(index, doc))
-            continue
-        level, rebuilt, reason = _level(index, doc)
-        levels.append(level)
-        records += rebuilt
-        if reason:
-            why_not.append(f"level {index}: {reason}")
-        if rebuilt:
-            notes.append(
-                f"requests.jsonl: level {index}'s {len(rebuilt)} requests rebuilt from its "
-                "ttfts and itls (chunk offsets: TTFT, then TTFT plus each cumulative gap); "
-                "the file has no send times, so each record's t_send_ns is 0 and its "
-                "t_end_ns its last chunk"
-            )
+    parsed = parse_levels(
+        docs,
+        _level,
+        rebuilt="requests.jsonl: level {index}'s {count} requests rebuilt from its ttfts and "
+        "itls (chunk offsets: TTFT, then TTFT plus each cumulative gap); the file has no send "
+        "times, so each record's t_send_ns is 0 and its t_end_ns its last chunk",
+        other=lambda index, doc: _old_level(index, doc) if index in old else None,
+    )
+    notes = [_DEFINITIONS, *parsed.notes]
     if old:
         retokenized = ", ".join(str(docs[i].get("total_output_retokenized")) for i in old)
         notes.append(_OLD.format(retokenized=retokenized))
@@ -75,8 +72,8 @@ def parse_sglang(docs: list[Doc]) -> Parsed:
         label="SGLang bench_serving",
         version=server.text("version") if server else None,
         generation="0.2.11-and-older keys" if len(old) == len(docs) else "0.2.12+ keys",
-        levels=levels,
-        records=records,
+        levels=parsed.levels,
+        records=parsed.records,
         target={
             "url": None,
             "model": server.text("model_path") if server else None,
@@ -85,7 +82,8 @@ def parse_sglang(docs: list[Doc]) -> Parsed:
         },
         workload=_workload(first),
         notes=notes,
-        no_records="; ".join(why_not) or "the file has no per-request details (--output-details)",
+        no_records="; ".join(parsed.why_not)
+        or "the file has no per-request details (--output-details)",
     )
 
 

@@ -13,7 +13,15 @@ import math
 from typing import Any
 
 from servelab.bench.peers.chunks import RequestArrays, rebuild_records
-from servelab.bench.peers.common import STATS, Doc, NotImportable, Parsed, build_level, stats_ms
+from servelab.bench.peers.common import (
+    STATS,
+    Doc,
+    NotImportable,
+    Parsed,
+    build_level,
+    parse_levels,
+    stats_ms,
+)
 from servelab.bench.records import RequestRecord
 from servelab.bench.results import LevelSummary
 from servelab.core.units import MS_PER_S, NS_PER_S
@@ -33,23 +41,14 @@ _DEFINITIONS = (
 
 def parse_vllm(docs: list[Doc]) -> Parsed:
     """Every document a level, in file order."""
-    levels: list[LevelSummary] = []
-    records: list[RequestRecord] = []
-    notes = [_DEFINITIONS]
-    why_not: list[str] = []
-    for index, doc in enumerate(docs):
-        level, rebuilt, reason = _level(index, doc)
-        levels.append(level)
-        records += rebuilt
-        if reason:
-            why_not.append(f"level {index}: {reason}")
-        if rebuilt:
-            notes.append(
-                f"requests.jsonl: level {index}'s {len(rebuilt)} requests rebuilt from its "
-                "ttfts, itls and start_times (chunk offsets: TTFT, then TTFT plus each "
-                "cumulative gap; t_send_ns: its start time on vLLM's clock; t_end_ns: the "
-                "start plus its latency)"
-            )
+    parsed = parse_levels(
+        docs,
+        _level,
+        rebuilt="requests.jsonl: level {index}'s {count} requests rebuilt from its ttfts, "
+        "itls and start_times (chunk offsets: TTFT, then TTFT plus each cumulative gap; "
+        "t_send_ns: its start time on vLLM's clock; t_end_ns: the start plus its latency)",
+    )
+    notes = [_DEFINITIONS, *parsed.notes]
     dates = [d for doc in docs if (d := doc.text("date"))]
     if dates:
         notes.append(f"measured {', '.join(dates)} (vLLM's local time, no zone)")
@@ -60,8 +59,8 @@ def parse_vllm(docs: list[Doc]) -> Parsed:
         label="vLLM bench serve",
         version=None,
         generation="--save-result JSON",
-        levels=levels,
-        records=records,
+        levels=parsed.levels,
+        records=parsed.records,
         target={
             "url": None,
             "model": first.text("model_id"),
@@ -72,7 +71,8 @@ def parse_vllm(docs: list[Doc]) -> Parsed:
             "label": first.text("label"),
         },
         notes=notes,
-        no_records="; ".join(why_not) or "the file has no per-request details (--save-detailed)",
+        no_records="; ".join(parsed.why_not)
+        or "the file has no per-request details (--save-detailed)",
     )
 
 
