@@ -9,6 +9,12 @@ Google for a few things itself whatever the flags say (the Optimization Guide's 
 manifest, the signed-in accounts); those requests carry no initiator and are kept apart in
 `PageRender.browser_requests`.
 
+`measure_page` reads what the page looks like: the computed style and box of chosen elements and
+the page's own width. The report's CSP forbids scripts, so it opens a copy of the page with one
+probe script added and allowed by its hash alone (`script-src 'sha256-…'`); the probe writes
+its JSON into the DOM, which `--dump-dom` returns. Everything else of the policy is unchanged,
+so the styles are those of the page as shipped.
+
 What the NetLog cannot show: loads of other `file://` URLs (Chromium reads those without its
 network stack), so a report test should also check the DOM for references to other files.
 
@@ -18,13 +24,18 @@ network stack), so a report test should also check the DOM for references to oth
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -41,11 +52,14 @@ __all__ = [
     "DEFAULT_VIRTUAL_TIME_BUDGET_MS",
     "DEFAULT_WIDTH",
     "BrowserError",
+    "ElementBox",
     "NetRequest",
+    "PageLayout",
     "PageRender",
     "body_attributes",
     "find_chromium",
     "is_blank",
+    "measure_page",
     "render_page",
     "require_chromium",
 ]
@@ -226,6 +240,97 @@ def render_page(
         requests=tuple(r for r in requests if r.from_page),
         browser_requests=tuple(r for r in requests if not r.from_page),
         wire=wire,
+    )
+
+
+@dataclass(frozen=True)
+class ElementBox:
+    """The first element a selector matched: its computed style and its box, in CSS px."""
+
+    selector: str
+    style: dict[str, str]
+    """The asked properties of getComputedStyle, as the browser serialises them."""
+    left_px: float
+    right_px: float
+    width_px: float
+    scroll_width_px: float
+    """The element's content width, overflow included (wider than `width_px` when it scrolls)."""
+
+
+@dataclass(frozen=True)
+class PageLayout:
+    """What a page looks like once laid out."""
+
+    viewport_width_px: float
+    """The page's width (the root's client width, no scrollbar)."""
+    document_width_px: float
+    """The root's scroll width: over `viewport_width_px` when the page scrolls sideways."""
+    elements: dict[str, ElementBox | None]
+    """By selector; None where nothing matched."""
+
+
+_PROBE_ID = "servelab-probe"
+_PROBE_JSON = re.compile(rf'<pre id="{_PROBE_ID}">(.*?)</pre>', re.S)
+_CSP = re.compile(r'(<meta http-equiv="Content-Security-Policy" content=")([^"]*)(")')
+
+
+def measure_page(
+    chromium: str,
+    html: Path,
+    out_dir: Path,
+    selectors: Sequence[str],
+    properties: Sequence[str],
+    *,
+    width: int = DEFAULT_WIDTH,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> PageLayout:
+    """Lay `html` out in Chromium and read, for each selector's first match, the computed
+    `properties` and its box; raise BrowserError where the probe did not run."""
+    probe = (
+        "(() => {"
+        f"const sel = {json.dumps(list(selectors))}, props = {json.dumps(list(properties))};"
+        "const root = document.documentElement, out = {viewport: root.clientWidth,"
+        " document: root.scrollWidth, elements: {}};"
+        "for (const s of sel) { const e = document.querySelector(s);"
+        " if (!e) { out.elements[s] = null; continue; }"
+        " const c = getComputedStyle(e), r = e.getBoundingClientRect(), st = {};"
+        " for (const p of props) st[p] = c.getPropertyValue(p);"
+        " out.elements[s] = {style: st, left: r.left, right: r.right, width: r.width,"
+        " scroll: e.scrollWidth}; }"
+        f"const pre = document.createElement('pre'); pre.id = '{_PROBE_ID}';"
+        "pre.textContent = JSON.stringify(out); document.body.append(pre);"
+        "})();"
+    )
+    digest = base64.b64encode(hashlib.sha256(probe.encode()).digest()).decode()
+    page = html.read_text(encoding="utf-8")
+    if not _CSP.search(page):
+        raise BrowserError(f"{html} has no Content-Security-Policy meta tag to extend")
+    page = _CSP.sub(lambda m: f"{m[1]}{m[2]}; script-src 'sha256-{digest}'{m[3]}", page, 1)
+    page = page.replace("</body>", f"<script>{probe}</script>\n</body>", 1)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    copy = out_dir / f"{html.stem}.measured.html"
+    copy.write_text(page, encoding="utf-8")
+    render = render_page(chromium, copy, out_dir, width=width, timeout_s=timeout_s)
+    found = _PROBE_JSON.search(render.dom)
+    if found is None:
+        raise BrowserError(f"the probe script did not run in {copy}")
+    data = json.loads(unescape(found.group(1)))
+    return PageLayout(
+        viewport_width_px=float(data["viewport"]),
+        document_width_px=float(data["document"]),
+        elements={
+            s: None
+            if e is None
+            else ElementBox(
+                selector=s,
+                style=dict(e["style"]),
+                left_px=float(e["left"]),
+                right_px=float(e["right"]),
+                width_px=float(e["width"]),
+                scroll_width_px=float(e["scroll"]),
+            )
+            for s, e in data["elements"].items()
+        },
     )
 
 

@@ -22,6 +22,7 @@ from tests.report.browser import (
     PageRender,
     body_attributes,
     is_blank,
+    measure_page,
     render_page,
     require_chromium,
 )
@@ -171,6 +172,48 @@ def test_wire_sees_a_load_the_rules_let_through(render, loopback_server: tuple[i
     assert [(r.url, r.error) for r in allowed.requests] == [(url, None)]
     assert any(event.startswith("TCP_CONNECT ") for event in allowed.wire)
     assert paths == ["/x.png"]
+
+
+STYLED = """<!doctype html>
+<html><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<style>body { font: 15px/1.5 "DejaVu Sans", serif; } td { border: 1px solid #d9dee4; }
+div.wide { width: 3000px; }</style></head>
+<body><table><tr><td>cell</td></tr></table><div class="wide">wide</div>
+<script>document.body.setAttribute('data-pwned', '1')</script></body></html>
+"""
+
+
+def test_measure_page_reads_computed_styles_and_widths(chromium: str, tmp_path: Path):
+    """The probe sees the stylesheet's values, a stylesheet broken by escaping as the fallback
+    it is, and a page wider than its window; the page's own script stays blocked."""
+    asked = ["font-family", "border-top-width", "border-top-style", "border-top-color"]
+    good = tmp_path / "styled.html"
+    good.write_text(STYLED)
+    layout = measure_page(
+        chromium, good, tmp_path / "good", ["body", "td", "div.wide", "h6"], asked
+    )
+    body, td = layout.elements["body"], layout.elements["td"]
+    assert body is not None and body.style["font-family"] == '"DejaVu Sans", serif'
+    assert td is not None and td.style["border-top-width"] == "1px"
+    assert (td.style["border-top-style"], td.style["border-top-color"]) == (
+        "solid",
+        "rgb(217, 222, 228)",
+    )
+    assert layout.elements["h6"] is None
+    assert layout.viewport_width_px == browser.DEFAULT_WIDTH
+    assert layout.document_width_px > 3000 > layout.viewport_width_px
+    wide = layout.elements["div.wide"]
+    assert wide is not None and wide.width_px == 3000 and wide.right_px > layout.viewport_width_px
+
+    broken = tmp_path / "broken.html"
+    broken.write_text(STYLED.replace('"DejaVu Sans"', "&#34;DejaVu Sans&#34;"))
+    fallback = measure_page(chromium, broken, tmp_path / "broken", ["body"], asked)
+    assert fallback.elements["body"] is not None
+    assert "DejaVu Sans" not in fallback.elements["body"].style["font-family"]
+
+    plain = render_page(chromium, tmp_path / "good" / "styled.measured.html", tmp_path / "again")
+    assert "data-pwned" not in body_attributes(plain.dom)
 
 
 def test_a_failing_chromium_is_one_clear_error(tmp_path: Path):

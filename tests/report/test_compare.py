@@ -16,8 +16,8 @@ import pytest
 
 from servelab.bench.noise import level_sample, ratio_band
 from servelab.report import write_report
-from servelab.report.compare import compare_runs
-from servelab.report.compare.verdicts import METRICS
+from servelab.report.compare import compare_all, compare_runs
+from servelab.report.compare.verdicts import METRICS, MetricDelta
 from servelab.report.inputs import ReportRun, load_report_run
 from tests.conftest import SERVELAB
 from tests.report.browser import body_attributes, is_blank, render_page, require_chromium
@@ -131,10 +131,100 @@ def test_bands_read_together_cover_the_family():
     one = ratio_band(sa, sb, metric.statistic)
     ten = ratio_band(sa, sb, metric.statistic, comparisons=10)
     assert ten.lo < one.lo and ten.hi > one.hi and ten.ratio == one.ratio
-    deltas = [d for d in compare_runs(a, b) if d.band is not None]
-    by_name = {d.metric.name: d for d in deltas}
-    family = ratio_band(sa, sb, metric.statistic, comparisons=len(deltas))
-    assert by_name["TTFT p50"].band == family
+
+
+# -- a band small enough to derive by hand ----------------------------------------------------
+#
+# A: 40 identical requests at concurrency 1 (32 tokens in 670 ms each). B: the same, but its
+# first request carries 48 tokens, 1.5x the others' tok/s. B's single-stream tok/s over a
+# resample of 40 requests (blocks of one) is then (1 + 0.5 K / 40) times A's, K ~ Binomial(40,
+# 1/40) the number of times the first request is drawn: P(K=0) = 0.363, P(K<=3) = 0.9826,
+# P(K<=4) = 0.9969, P(K<=5) = 0.99955. B's drift is |1 / (1 + 0.5/20) - 1| = 0.02439 (the
+# outlier is in its first half), A's is 0. Every other banded metric is constant across
+# resamples (throughputs by E2E, TTFT and TPOT medians). So each pair draws 5 bands, and for a
+# family of k bands the single-stream band is
+#   lo = 1 x (1 - 0.02439)                        (K = 0 holds 36% of the mass, any k)
+#   hi = (1 + 0.0125 K_hi) x (1 + 0.02439),  K_hi the 1 - 0.025 / k quantile of K:
+#        k = 5 (two runs): K_hi = 4;  k = 10 (three runs): K_hi = 5.
+# With 1,000 resamples that tail quantile is known to within one step of K.
+
+_DRIFT = 0.025 / 1.025
+_STEP = 0.5 / 40
+
+
+def _outlier_records() -> list[dict]:
+    rows = _records(0, 40, ttft_ms=50, itl_ms=20, seed=1, jitter=0.0)
+    return [{**rows[0], "output_tokens": 48}, *rows[1:]]
+
+
+def _write(folder: Path, records: list[dict]) -> Path:
+    folder.mkdir(parents=True)
+    run = _run(folder.name, records)
+    (folder / "summary.json").write_text(run.summary.model_dump_json(by_alias=True))
+    (folder / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder
+
+
+def _single(deltas) -> MetricDelta:
+    return next(d for d in deltas if d.metric.name == "single-stream tok/s")
+
+
+def _k_hi(band) -> float:
+    """The bootstrap quantile behind `hi`, in draws of the outlier."""
+    return (band.hi / (1 + _DRIFT) - 1) / _STEP
+
+
+def test_a_band_is_the_bootstrap_quantile_derived_by_hand():
+    a = _run("a", _records(0, 40, ttft_ms=50, itl_ms=20, seed=1, jitter=0.0))
+    b = _run("b", _outlier_records())
+    deltas = compare_runs(a, b)
+    assert sum(d.band is not None for d in deltas) == 5
+    single = _single(deltas)
+    assert single.band is not None
+    assert single.band.ratio == pytest.approx(1 + _STEP)
+    assert single.band.drift == pytest.approx(_DRIFT)
+    assert single.band.lo == pytest.approx(1 - _DRIFT)
+    assert 3 <= _k_hi(single.band) <= 5  # K_hi = 4 for a family of 5
+    for d in deltas:
+        if d.band is not None and d is not single:  # constant over resamples: a point
+            assert d.band.lo == pytest.approx(d.band.hi)
+
+
+def test_three_runs_draw_one_family_of_bands(tmp_path: Path):
+    """Every banded metric x load x pair of runs is one family: with B and C against A, ten
+    bands, each the central 1 - 0.05 / 10 of its resamples."""
+    dirs = [
+        _write(tmp_path / "a", _records(0, 40, ttft_ms=50, itl_ms=20, seed=1, jitter=0.0)),
+        _write(tmp_path / "b", _outlier_records()),
+        _write(tmp_path / "c", _outlier_records()),
+    ]
+    runs = [load_report_run(d) for d in dirs]
+    pair = compare_all(runs[:2], ["A", "B"])["B"]
+    three = compare_all(runs, ["A", "B", "C"])
+    assert {d.family for d in pair} == {5}
+    assert {d.family for changes in three.values() for d in changes} == {10}
+    for label in ("B", "C"):
+        band = _single(three[label]).band
+        assert band is not None and band.lo == pytest.approx(1 - _DRIFT)
+        assert 4 <= _k_hi(band) <= 6  # K_hi = 5 for a family of 10
+    text = write_report(dirs, out=tmp_path / "cmp").markdown.read_text()
+    assert "10 noise bands" in text
+
+
+def test_a_third_run_widens_the_bands_of_the_second(tmp_path: Path):
+    """The same pair of runs, A and B, drawn in a report of two runs and in one of three: the
+    family is twice the size, so B's bands are wider (same resamples, further into the tails)."""
+    runs = [
+        _run(name, _records(0, 40, ttft_ms=50, itl_ms=20, seed=seed))
+        for name, seed in (("a", 1), ("b", 2), ("c", 3))
+    ]
+    alone = {d.metric.name: d.band for d in compare_all(runs[:2], ["A", "B"])["B"]}
+    beside = {d.metric.name: d.band for d in compare_all(runs, ["A", "B", "C"])["B"]}
+    for name, band in alone.items():
+        wider = beside[name]
+        if band is None or wider is None or band.lo == band.hi:
+            continue
+        assert wider.lo < band.lo and wider.hi > band.hi, name
 
 
 # -- three real runs of the embedded engine -------------------------------------------------

@@ -28,7 +28,7 @@ from servelab.report.plots import RunPlotInput, build_plots
 from servelab.report.sections import build_report
 from servelab.store import RunDir
 from tests.diagnose.builders import write_run
-from tests.report.builders import bench_summary, records, report_run, sweep
+from tests.report.builders import REPO, bench_summary, records, report_run, sweep
 
 XSS = "<script>alert(1)</script>"
 IMG = "<img src=x onerror=alert(1)>"
@@ -192,6 +192,17 @@ def test_html_loads_nothing_from_outside_the_page(hostile):
     ]
     assert csp == ["default-src 'none'; style-src 'unsafe-inline'; img-src data:"]
     assert 'http-equiv="Content-Security-Policy"' in html
+
+
+def test_html_inlines_the_stylesheet_as_written(hostile):
+    """Autoescaping would turn the stylesheet's quotes into `&#34;`, which CSS does not read:
+    every font declaration would fall back. The <style> holds the file byte for byte."""
+    _, html = hostile
+    css = (REPO / "src/servelab/report/templates/report.css").read_text()
+    styles = [s.strip() for s in re.findall(r"<style>(.*?)</style>", html, flags=re.S)]
+    assert styles == [css.strip()]
+    assert '"Segoe UI"' in styles[0] and "&#34;" not in styles[0] and "&quot;" not in styles[0]
+    assert "&#34;" not in html.split("</head>")[0]
 
 
 def test_html_has_one_svg_per_drawn_plot_and_every_anchor(hostile):

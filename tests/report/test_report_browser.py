@@ -14,9 +14,11 @@ import pytest
 from servelab.report import parse_target, write_report
 from tests.conftest import DemoRun
 from tests.report.browser import (
+    PageLayout,
     PageRender,
     body_attributes,
     is_blank,
+    measure_page,
     render_page,
     require_chromium,
 )
@@ -63,6 +65,50 @@ def hostile_run(demo_run: DemoRun, tmp_path_factory: pytest.TempPathFactory) -> 
 def page(hostile_run: Path, tmp_path_factory: pytest.TempPathFactory) -> PageRender:
     chromium = require_chromium()
     return render_page(chromium, hostile_run / "report.html", tmp_path_factory.mktemp("chromium"))
+
+
+_STYLE = [
+    "font-family",
+    "font-size",
+    "border-collapse",
+    "border-top-width",
+    "border-top-style",
+    "border-top-color",
+]
+
+
+@pytest.fixture(scope="module")
+def layout(hostile_run: Path, tmp_path_factory: pytest.TempPathFactory) -> PageLayout:
+    chromium = require_chromium()
+    return measure_page(
+        chromium,
+        hostile_run / "report.html",
+        tmp_path_factory.mktemp("measured"),
+        ["body", "main table", "main td", "pre", ".table-scroll"],
+        _STYLE,
+    )
+
+
+def test_the_stylesheet_is_the_one_the_page_uses(layout: PageLayout):
+    """Fonts and borders are report.css's: an escaped stylesheet (`&#34;Segoe UI&#34;`) drops
+    every font declaration and the page falls back to the browser's serif."""
+    body, table, cell, pre = (layout.elements[s] for s in ("body", "main table", "main td", "pre"))
+    assert body is not None and table is not None and cell is not None and pre is not None
+    assert body.style["font-family"] == (
+        'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif'
+    )
+    assert body.style["font-size"] == "15px"
+    assert pre.style["font-family"].startswith("ui-monospace, SFMono-Regular, ")
+    assert table.style["border-collapse"] == "collapse"
+    assert (cell.style["border-top-width"], cell.style["border-top-style"]) == ("1px", "solid")
+    assert cell.style["border-top-color"] == "rgb(217, 222, 228)"  # --line
+
+
+def test_no_table_is_wider_than_the_page(layout: PageLayout):
+    table, frame = layout.elements["main table"], layout.elements[".table-scroll"]
+    assert table is not None and table.right_px <= layout.viewport_width_px
+    assert frame is not None and frame.scroll_width_px <= frame.width_px + 1
+    assert layout.document_width_px <= layout.viewport_width_px
 
 
 def test_the_report_renders_to_a_screenshot_that_is_not_blank(page: PageRender):

@@ -17,7 +17,7 @@ from servelab.cli import app
 from servelab.core.errors import ConfigError
 from servelab.report import parse_target, write_study_report
 from servelab.report.plots import Line, render_png, render_svg, tuning_plot
-from servelab.report.sections.tuning import layout_answer, tuning_headline
+from servelab.report.sections.tuning import layout_answer, tuning_headline, tuning_section
 from servelab.tune.results import (
     STUDY_FILE,
     LayoutModel,
@@ -26,7 +26,7 @@ from servelab.tune.results import (
     TrialRow,
 )
 from tests.diagnose.builders import level, write_run
-from tests.report.browser import is_blank, render_page, require_chromium
+from tests.report.browser import is_blank, measure_page, render_page, require_chromium
 from tests.report.builders import bench_summary, records
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -321,41 +321,24 @@ def test_the_answer_gives_the_gain_the_changes_the_spec_and_the_exact_command(st
 
 
 def test_the_trial_table_has_every_trial_with_its_params_values_and_why(study_dir: Path):
-    rows = table_rows((study_dir / "report.md").read_text(), "| trial | role | state |")
+    text = (study_dir / "report.md").read_text()
+    rows = table_rows(text, "| trial | role | state |")
     assert rows == [
-        ["0", "default", "complete", "64", "false", "1,000", "900", "yes", "", "000"],
-        ["✅ 1 (best)", "diagnose", "complete", "256", "false", "1,300", "1,500", "yes", "", "001"],
-        [
-            "⚠️ 2",
-            "search",
-            "pruned",
-            "1024",
-            "true",
-            "-",
-            "-",
-            "-",
-            "the model: the KV cache holds 410 requests, not 1024",
-            "-",
-        ],
-        [
-            "❌ 3",
-            "search",
-            "failed",
-            "512",
-            "true",
-            "-",
-            "-",
-            "-",
-            f"the engine died while starting; {OOM}",
-            "003",
-        ],
-        ["⚠️ 4", "search", "complete", "512", "false", "1,400", "2,600", "no", "", "004"],
+        ["0", "default", "complete", "64", "false", "1,000", "900", "yes", "000"],
+        ["✅ 1 (best)", "diagnose", "complete", "256", "false", "1,300", "1,500", "yes", "001"],
+        ["⚠️ 2", "search", "pruned", "1024", "true", "-", "-", "-", "-"],
+        ["❌ 3", "search", "failed", "512", "true", "-", "-", "-", "003"],
+        ["⚠️ 4", "search", "complete", "512", "false", "1,400", "2,600", "no", "004"],
     ]
-    header = plain((study_dir / "report.md").read_text()).split("| trial | role | state |")[1]
+    header = plain(text).split("| trial | role | state |")[1]
     assert header.startswith(
         " options.max_running_requests | options.enable_torch_compile | "
-        "total_throughput at 64 (tok/s) | p99_ttft_ms | feasible | why | run |"
+        "total_throughput at 64 (tok/s) | p99_ttft_ms | feasible | run |"
     )
+    # why a trial stopped: a line each below the table, not a mostly empty column
+    trials = plain(text).split("### Trials")[1]
+    assert "Trial 2 (pruned): the model: the KV cache holds 410 requests, not 1024" in trials
+    assert f"Trial 3 (failed): the engine died while starting; {OOM}" in trials
 
 
 def test_the_plot_is_drawn_in_both_files(study_dir: Path):
@@ -456,6 +439,31 @@ def test_a_study_that_searched_no_layout_has_no_layout_answer(tmp_path: Path):
     assert layout_answer(one_objective_study(tmp_path)) is None
 
 
+def test_a_one_gpu_study_says_its_one_layout_in_a_line(tmp_path: Path):
+    """Every trial on tp=1 (the model accounted for each): nothing to compare, so no Layout
+    table and no layout answer in the headline, one line instead."""
+    study = layout_study(1000.0, 1300.0, model=(1100.0, 1400.0))
+    one = layout_model(1, 1, 1200.0)
+    trials = [
+        t.model_copy(
+            update={"params": {"options.max_running_requests": 64 * (t.number + 1)}}
+        ).model_copy(update={"model": one})
+        for t in study.trials[:2]
+    ]
+    study = study.model_copy(update={"trials": trials})
+    assert layout_answer(study) is None
+    assert all("tp=1" not in line for _, line in tuning_headline(study))
+    section = tuning_section(study)
+    assert [sub.key for sub in section.subsections] == [
+        "tuning-question",
+        "tuning-answer",
+        "tuning-trials",
+    ]
+    text = plain(write_study_report(save(study, tmp_path / "one")).markdown.read_text())
+    assert "Layout" not in text.split("## 2.")[0].split("Trials")[-1]
+    assert "Every trial ran one layout, tp=1: no layout to compare." in text
+
+
 def test_the_layout_table_puts_the_model_beside_the_measurement(tmp_path: Path):
     study = layout_study(1000.0, 1300.0, model=(1100.0, 1400.0))
     files = write_study_report(save(study, tmp_path / "layout"))
@@ -541,6 +549,16 @@ def test_the_plot_tells_trials_apart_and_steps_the_running_best(tmp_path: Path):
     ]
     # each class its own colour: the renderer colours by a series' run
     assert len({line.run for line in plot.lines()}) == 5
+
+
+def test_the_by_trial_plot_ticks_whole_trial_numbers(tmp_path: Path):
+    """Trial numbers are integers: the x axis reads 0, 1, 2, not 0.0, 0.5, 1.0."""
+    plot = tuning_plot(one_objective_study(tmp_path))
+    assert plot.panels[0].x_integer
+    texts = re.findall(r"<!-- (.*?) -->", render_svg(plot))
+    ticks = texts[: texts.index("trial number")]
+    assert ticks and all(re.fullmatch(r"\d+", t) for t in ticks), ticks
+    assert {"0", "4"} <= set(ticks)
 
 
 def test_a_minimised_objective_steps_down():
@@ -643,3 +661,62 @@ def test_the_study_report_renders_offline_and_asks_for_nothing(study_dir: Path, 
     assert "Tuning" in page.dom and "tuning-trials" in page.dom
     html = (study_dir / "report.html").read_text()
     assert not re.search(r'(?:src|href)="(?!#)', html)
+
+
+WIDE_PARAMS = {
+    "engine.tp": 8,
+    "options.max_running_requests": 256,
+    "options.chunked_prefill_size": 8192,
+    "options.enable_torch_compile": False,
+    "options.cuda_graph_max_bs": 160,
+    "options.mem_fraction_static": 0.88,
+    "options.schedule_policy": "lpm",
+}
+WIDE_METRICS = {"total_throughput": 1300.0, "p99_ttft_ms": 1500.0, "median_tpot_ms": 41.5}
+
+
+def wide_study(study_dir: Path) -> StudyResult:
+    """The one-objective study with a realistic search space: seven parameters with long
+    paths, three metrics, a long reason and run folders named by the tuner."""
+    study = one_objective_study(study_dir)
+    trials = [
+        t.model_copy(
+            update={
+                "params": {**WIDE_PARAMS, **t.params},
+                "metrics": {**WIDE_METRICS, **t.metrics} if t.metrics else {},
+                "reason": t.reason and f"{t.reason} ({'; '.join(WIDE_PARAMS)})",
+            }
+        )
+        for t in study.trials
+    ]
+    return study.model_copy(update={"trials": trials})
+
+
+def test_an_objective_is_one_column_whatever_its_metric_is_keyed(tmp_path: Path):
+    """The tuner keys a trial's measured objective `total_throughput@64`: the objective's
+    column already shows it, so no second column repeats it."""
+    study = one_objective_study(tmp_path)
+    trials = [
+        t.model_copy(update={"metrics": {"total_throughput@64": t.values[0]}}) if t.values else t
+        for t in study.trials
+    ]
+    files = write_study_report(save(study.model_copy(update={"trials": trials}), tmp_path))
+    header = plain(files.markdown.read_text()).split("| trial | role | state |")[1]
+    assert "total_throughput@64" not in header.splitlines()[0]
+
+
+def test_the_trials_table_fits_the_page(tmp_path: Path):
+    """Long parameter names and reasons wrap inside the page's width: no sideways scroll."""
+    chromium = require_chromium()
+    folder = tmp_path / "wide"
+    write_study_report(save(wide_study(folder), folder))
+    table, frame = "#tuning-trials table", "#tuning-trials .table-scroll"
+    layout = measure_page(
+        chromium, folder / "report.html", tmp_path / "chromium", [table, frame, "main"], []
+    )
+    box, scroll, main = (layout.elements[s] for s in (table, frame, "main"))
+    assert box is not None and scroll is not None and main is not None
+    # within the page, and nothing of it hidden in its scroll frame
+    assert box.right_px <= main.right_px <= layout.viewport_width_px, (box, main)
+    assert scroll.scroll_width_px <= scroll.width_px + 1, scroll
+    assert layout.document_width_px <= layout.viewport_width_px

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from servelab import __version__
-from servelab.report.compare.verdicts import MetricDelta, compare_runs
+from servelab.report.compare.verdicts import MetricDelta, compare_all
 from servelab.report.document import Block, Paragraph, Report, Section, Table, Tone
 from servelab.report.inputs import ReportRun
 from servelab.report.sections.engine import engine_section
@@ -38,11 +38,7 @@ def build_comparison(
 ) -> Report:
     """Runs[0] is the baseline; every other run is compared with it."""
     labels = run_labels(runs)
-    base = runs[0]
-    deltas = {
-        label: compare_runs(base, run, labels=(labels[0], label))
-        for label, run in zip(labels[1:], runs[1:], strict=True)
-    }
+    deltas = compare_all(runs, labels)
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     names = " · ".join(f"{label}: {run.name}" for label, run in zip(labels, runs, strict=True))
     return Report(
@@ -123,20 +119,14 @@ def _results(
         ]
         blocks.append(
             Table(
-                ["load", "metric", labels[0], label, "change", "noise band (95%)", "verdict"],
+                ["load", "metric", labels[0], label, "change", "noise band", "verdict"],
                 rows,
                 caption=f"{label} against {labels[0]}",
                 tones=[_TONE[d.verdict] for d in changes],
                 right=frozenset({2, 3, 4, 5}),
             )
         )
-    blocks.append(
-        Paragraph(
-            "The band is the 95% bootstrap interval of the change, from each run's own requests "
-            "resampled in blocks of one concurrency's worth; a change is outside noise when the "
-            "band leaves 0 out and it is 5% or more (docs/REPORT.md)."
-        )
-    )
+    blocks.append(Paragraph(_band_note(deltas)))
     blocks += figures(
         [plot_input(run, f"{label}: {run.name}") for label, run in zip(labels, runs, strict=True)]
     )
@@ -149,6 +139,24 @@ def _results(
         for label, run in zip(labels, runs, strict=True)
     ]
     return Section("results", "Results", blocks, subsections)
+
+
+def _band_note(deltas: dict[str, list[MetricDelta]]) -> str:
+    """How the bands were drawn, with the size of their family."""
+    family = next((d.family for changes in deltas.values() for d in changes), 0)
+    if family == 0:
+        return (
+            "No noise band is drawn: a band needs each run's per-request records, enough of "
+            "them for its metric (docs/REPORT.md)."
+        )
+    share = 1 - 0.05 / family
+    return (
+        f"The {family} noise bands of this report hold together: the true changes all lie "
+        f"within their bands 95% of the time (Bonferroni: each band is the central {share:.2%} "
+        "of a bootstrap of the change, each run's own requests resampled in blocks of one "
+        "concurrency's worth). A change is outside noise when its band leaves 0 out and it "
+        "is 5% or more (docs/REPORT.md)."
+    )
 
 
 def _headline(label: str, changes: list[MetricDelta]) -> list[tuple[Tone, str]]:

@@ -12,7 +12,7 @@ drawn, and the verdict says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,7 +23,14 @@ from servelab.bench.results import LevelSummary
 from servelab.report.inputs import ReportRun
 from servelab.report.sections._common import load_text
 
-__all__ = ["METRICS", "MIN_EFFECT", "CompareMetric", "MetricDelta", "compare_runs"]
+__all__ = [
+    "METRICS",
+    "MIN_EFFECT",
+    "CompareMetric",
+    "MetricDelta",
+    "compare_all",
+    "compare_runs",
+]
 
 MIN_EFFECT = 0.05
 
@@ -106,6 +113,9 @@ class MetricDelta:
     band: Band | None
     verdict: Verdict
     why_no_band: str | None = None
+    family: int = 1
+    """The bands the whole comparison draws (every banded metric x load x pair of runs);
+    this one covers 1 - 0.05 / family, so all of them together cover 95%."""
 
     @property
     def change(self) -> float:
@@ -122,10 +132,34 @@ class MetricDelta:
         return f"{head}: {self.verdict}, outside noise ({band})"
 
 
+def compare_all(runs: Sequence[ReportRun], labels: Sequence[str]) -> dict[str, list[MetricDelta]]:
+    """Every later run against runs[0] (labelled by `labels`, in order), its bands one family.
+
+    The report reads every band of every pair at once, so they share one Bonferroni budget:
+    with N bands drawn in all, each covers 1 - 0.05 / N, and the N together miss at most
+    5% of the time. Per pair, a report of three runs would call a change "outside noise"
+    about twice as often as it says.
+    """
+    base, base_label = runs[0], labels[0]
+    pairs = {
+        label: _pairs(base, run, (base_label, label))
+        for label, run in zip(labels[1:], runs[1:], strict=True)
+    }
+    family = sum(pair.banded for changes in pairs.values() for pair in changes)
+    return {
+        label: [pair.delta(family=family) for pair in changes] for label, changes in pairs.items()
+    }
+
+
 def compare_runs(
     a: ReportRun, b: ReportRun, *, labels: tuple[str, str] = ("A", "B")
 ) -> list[MetricDelta]:
-    """Every metric at every load both runs measured, in load order."""
+    """Every metric at every load both runs measured, in load order: a report of two runs."""
+    return compare_all([a, b], labels)[labels[1]]
+
+
+def _pairs(a: ReportRun, b: ReportRun, labels: tuple[str, str]) -> list[_Pair]:
+    """Every metric at every load both runs measured, before the bands are drawn."""
     by_load = {_load_key(s): s for s in a.summary.levels if s.completed != 0}
     pairs: list[_Pair] = []
     for level_b in sorted(
@@ -141,10 +175,7 @@ def compare_runs(
             va, vb = metric.read(level_a), metric.read(level_b)
             if va is not None and vb is not None and va > 0:
                 pairs.append(_Pair(level_b, sample_a, sample_b, why, metric, va, vb))
-    banded = sum(
-        1 for pair in pairs if pair.fewest is not None and pair.fewest >= pair.metric.min_requests
-    )
-    return [pair.delta(comparisons=banded) for pair in pairs]
+    return pairs
 
 
 @dataclass(frozen=True)
@@ -163,14 +194,19 @@ class _Pair:
     def fewest(self) -> int | None:
         return None if self.a is None or self.b is None else min(self.a.size, self.b.size)
 
-    def delta(self, *, comparisons: int) -> MetricDelta:
-        """The change and its verdict, the band covering the family of `comparisons`."""
+    @property
+    def banded(self) -> bool:
+        """A band will be drawn: both runs have records, enough of them for the metric."""
+        return self.fewest is not None and self.fewest >= self.metric.min_requests
+
+    def delta(self, *, family: int) -> MetricDelta:
+        """The change and its verdict, the band one of a family of `family`."""
         band, why = None, self.why
         if self.a is not None and self.b is not None and self.fewest is not None:
-            if self.fewest < self.metric.min_requests:
+            if not self.banded:
                 why = f"{self.fewest} requests, under the {self.metric.min_requests} it needs"
             else:
-                band = ratio_band(self.a, self.b, self.metric.statistic, comparisons=comparisons)
+                band = ratio_band(self.a, self.b, self.metric.statistic, comparisons=family)
                 if not np.isfinite(band.lo):
                     band, why = None, "too few requests with that statistic"
         return MetricDelta(
@@ -181,6 +217,7 @@ class _Pair:
             band=band,
             verdict=_verdict(self.metric, self.vb / self.va, band),
             why_no_band=why if band is None else None,
+            family=family,
         )
 
 

@@ -85,6 +85,8 @@ class Panel:
     """The y axis reaches at least this (100 for percentages), so a level reads against it."""
     categories: tuple[str, ...] = ()
     """When set, the x axis is categorical: boxes sit at their category's position."""
+    x_integer: bool = False
+    """The x axis counts whole things (trial numbers): ticks at integers only."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -220,7 +220,10 @@ def _stats(box: Box) -> dict[str, Any]:
 
 
 def _scale(axes: Axes, panel: Panel, lines: list[Line]) -> None:
-    from matplotlib.ticker import NullLocator
+    from matplotlib.ticker import MaxNLocator, NullLocator
+
+    if panel.x_integer:
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
 
     if panel.x_scale == "log2":
         axes.set_xscale("log", base=2)

@@ -87,6 +87,7 @@ def _by_trial(study: StudyResult) -> Plot:
                 f"{label}{unit}",
                 y_scale=scale,
                 y_min=0 if scale == "linear" else None,
+                x_integer=True,
             ),
         ),
         series=tuple(series),

@@ -49,13 +49,16 @@ _BASE_LAYOUT = "the base spec's layout"
 def tuning_section(study: StudyResult, *, notes: Sequence[str] = ()) -> Section:
     """The study as one section: question, answer, trials (with the plot), layouts; `notes`
     are the report's own (a trial's run directory it could not read)."""
+    layouts = _layouts(study)
+    trials = _trials(study)
+    if len(layouts) == 1:  # nothing to compare (one GPU: tp=1 only): a line, not a table
+        trials.append(Paragraph(_one_layout(layouts[0])))
     subsections = [
         Section("tuning-question", "Question", _question(study)),
         Section("tuning-answer", "Answer", _answer(study)),
-        Section("tuning-trials", "Trials", _trials(study)),
+        Section("tuning-trials", "Trials", trials),
     ]
-    layouts = _layouts(study)
-    if layouts:
+    if len(layouts) > 1:
         subsections.append(Section("tuning-layout", "Layout", _layout_blocks(study, layouts)))
     blocks: list[Block] = [Paragraph(_summary(study))]
     everything = [*study.notes, *notes]
@@ -88,9 +91,10 @@ def tuning_headline(study: StudyResult) -> list[tuple[Tone, str]]:
 
 def layout_answer(study: StudyResult) -> str | None:
     """'tp=4,pp=2 beats tp=8 by 1.30x here (...); the model: ...', from the measured values
-    and the model's numbers; None when the study did not search layouts."""
+    and the model's numbers; None when the study did not search layouts or every trial ran
+    the same one."""
     layouts = _layouts(study)
-    if not layouts or not study.objectives:
+    if len(layouts) < 2 or not study.objectives:
         return None
     objective = study.objectives[0]
     ranked = sorted(
@@ -256,19 +260,22 @@ def _question(study: StudyResult) -> list[Block]:
 
 def _trials(study: StudyResult) -> list[Block]:
     params = list(dict.fromkeys(name for t in study.trials for name in t.params))
-    shown = {o.metric for o in study.objectives} | {o.label for o in study.objectives}
+    shown = {name for o in study.objectives for name in _objective_keys(o)}
     metrics = [
         m for m in dict.fromkeys(m for t in study.trials for m in t.metrics) if m not in shown
     ]
     header = ["trial", "role", "state", *params]
     header += [f"{o.label} ({o.unit})" for o in study.objectives]
-    header += [*metrics, "feasible", "why", "run"]
+    header += [*metrics, "feasible", "run"]
     first_number = 3 + len(params)
     best = set(study.best)
     mark = "best" if len(study.objectives) == 1 else "Pareto"
     rows, tones = [], []
+    reasons: list[tuple[Tone, str, list[str]]] = []
     for trial in sorted(study.trials, key=lambda t: t.number):
         why = "; ".join(p for p in (trial.reason, trial.signature) if p)
+        if why:
+            reasons.append((_tone(trial, best), f"Trial {trial.number} ({trial.state}): {why}", []))
         rows.append(
             [
                 f"{trial.number} ({mark})" if trial.number in best else str(trial.number),
@@ -278,19 +285,27 @@ def _trials(study: StudyResult) -> list[Block]:
                 *(_objective(trial, i) for i in range(len(study.objectives))),
                 *(_num(trial.metrics.get(m)) for m in metrics),
                 {True: "yes", False: "no", None: "-"}[trial.feasible],
-                why,
                 PurePath(trial.run_dir).name if trial.run_dir else "-",
             ]
         )
         tones.append(_tone(trial, best))
     right = frozenset(range(first_number, first_number + len(study.objectives) + len(metrics)))
     blocks: list[Block] = [Table(header, rows, tones=tones, right=right)]
+    if reasons:  # below the table: a column of long sentences, mostly empty, widens it twice
+        blocks.append(Bullets(reasons))
     plot = tuning_plot(study)
     if plot.missing is None:
         blocks.append(Figure(plot))
     else:
         blocks.append(Bullets([("plain", f"{plot.title}: not drawn, {plot.missing}", [])]))
     return blocks
+
+
+def _objective_keys(objective: ObjectiveSpec) -> tuple[str, ...]:
+    """The names a trial's metrics may give the objective: its metric, its label, and the
+    tuner's `metric@load` key; its own column shows it, so none is repeated."""
+    at = () if objective.at is None else (f"{objective.metric}@{objective.at:g}",)
+    return (objective.metric, objective.label, *at)
 
 
 def _tone(trial: TrialRow, best: set[int]) -> Tone:
@@ -322,6 +337,11 @@ def _layouts(study: StudyResult) -> list[_Layout]:
         value = _value(best) if best is not None else None
         layouts.append(_Layout(name, tuple(trials), best, value, model))
     return layouts
+
+
+def _one_layout(layout: _Layout) -> str:
+    """The Layout section of a study that ran one layout, in one line."""
+    return f"Every trial ran one layout, {layout.name}: no layout to compare."
 
 
 def _layout_params(trial: TrialRow) -> dict[str, ParamValue]:
