@@ -17,6 +17,7 @@ from servelab.engines.enginelog import parse_log_line
 from servelab.engines.launcher import launch_engine
 from servelab.engines.registry import register
 from tests.engines.stub import STUB, StubEngine
+from tests.sessions import session_left
 
 STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z \d+\.\d{6} ")
 
@@ -77,6 +78,7 @@ def test_every_line_is_stamped_and_handed_to_the_hook(tmp_path: Path):
     stamps = [parse_log_line(raw)[1] for raw in text]
     assert stamps == sorted(stamps)
     assert not group_alive(pgid)
+    assert session_left(pgid) == []  # it leads its own session: all of it is gone
 
 
 def test_a_failing_hook_is_dropped_not_the_log(tmp_path: Path):

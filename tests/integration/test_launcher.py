@@ -15,6 +15,7 @@ from servelab.core.processes import group_alive
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import launch_engine
 from servelab.engines.registry import get_adapter, register
+from tests.sessions import session_left
 
 # A server that forks a grandchild ignoring SIGTERM, answers /health after `delay` seconds
 # (never when delay < 0), and itself ignores SIGTERM when asked to.
@@ -24,6 +25,9 @@ STUBBORN = textwrap.dedent(
     port, delay, deaf = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "deaf"
     subprocess.Popen([sys.executable, "-c",
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+    if sys.argv[4] == "escape":  # a child in a group of its own: out of the group, in the session
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                         process_group=0)
     if deaf:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     print(f"stub starting, pid {os.getpid()}", flush=True)
@@ -54,7 +58,8 @@ class StubAdapter:
     def command(self, spec: EngineSpec, *, host: str, port: int) -> list[str]:
         delay = str(spec.options.get("delay", 0))
         deaf = "deaf" if spec.options.get("deaf") else "polite"
-        return [sys.executable, "-c", STUBBORN, str(port), delay, deaf]
+        escape = "escape" if spec.options.get("escape") else "stay"
+        return [sys.executable, "-c", STUBBORN, str(port), delay, deaf, escape]
 
 
 register(StubAdapter())
@@ -70,7 +75,18 @@ def test_stop_leaves_no_process_of_the_group(tmp_path: Path, deaf: bool):
     assert group_alive(pgid)
     engine.stop(grace_s=1.0)
     assert not group_alive(pgid)
+    assert session_left(pgid) == []  # the whole session, not only the group
     assert f"stub starting, pid {pgid}" in (tmp_path / "engine.log").read_text()
+
+
+def test_stop_leaves_no_process_of_the_session_even_out_of_the_group(tmp_path: Path):
+    engine = launch_engine(
+        EngineSpec(engine="stub", options={"escape": True}), log_path=tmp_path / "engine.log"
+    )
+    sid = engine.pid
+    engine.stop(grace_s=1.0)
+    assert not group_alive(sid)
+    assert session_left(sid, wait_s=2.0) == []
 
 
 def test_engine_that_dies_while_starting_shows_its_last_log_lines(tmp_path: Path):
@@ -89,6 +105,7 @@ def test_start_up_timeout_stops_the_engine(tmp_path: Path):
     [started] = [line for line in caught.value.log_tail if line.startswith("stub starting")]
     pgid = int(started.rsplit(" ", 1)[1])  # the engine leads its own process group
     assert not group_alive(pgid)  # the engine and its SIGTERM-deaf grandchild are gone
+    assert session_left(pgid) == []
     assert "engine exited with code" in (tmp_path / "engine.log").read_text()
 
 

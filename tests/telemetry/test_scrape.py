@@ -227,3 +227,26 @@ def test_metrics_url(url, expected):
 def test_metrics_url_refuses_what_is_not_http():
     with pytest.raises(ConfigError, match="not an http"):
         metrics_url("127.0.0.1:8000")
+
+
+async def _scrape_for(seconds: float) -> tuple[int, int]:
+    """Scrape an idle simulator at the default rate for `seconds`: (samples, errors)."""
+    sim = await start(SimConfig(port=0, profile="linear"))
+    scraper = MetricsScraper(sim.url)
+    try:
+        scraper.start()
+        await asyncio.sleep(seconds)
+    finally:
+        stopped = await asyncio.to_thread(scraper.stop, 2.0)
+        await sim.stop()
+    assert stopped
+    return len(scraper.trace().samples), len(scraper.errors.lines())
+
+
+def test_a_short_level_gets_enough_scrapes_at_the_default_rate():
+    """A level of a second holds several times the samples its engine counts need."""
+    from servelab.telemetry.summary import MIN_ENGINE_SAMPLES
+
+    samples, errors = asyncio.run(_scrape_for(1.0))
+    assert errors == 0
+    assert samples >= 2 * MIN_ENGINE_SAMPLES, samples

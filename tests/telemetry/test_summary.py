@@ -181,3 +181,29 @@ def test_the_summary_is_json_ready():
     document = level.model_dump(mode="json")
     assert document["gpu"]["overall"]["energy_j"] == pytest.approx(410.0)
     assert document["engine"]["running_max"] == 4
+
+
+def _two_idle_scrapes(source: str = "metrics") -> EngineTrace:
+    """Two samples that caught the engine between steps: 0 running, 0 waiting."""
+    samples = [
+        EngineSample(k * 400 * MS, "vllm", 0.0, 0.0, 0.0, 0.0, 10.0 * k, 20.0 * k, source=source)  # type: ignore[arg-type]
+        for k in (1, 2)
+    ]
+    return EngineTrace(url="http://127.0.0.1:8000/metrics", samples=samples)
+
+
+def test_fewer_than_three_scrapes_are_missing_evidence_never_zero():
+    engine = summarize_level(GpuTrace(), _two_idle_scrapes(), 0, S).engine
+    assert not engine.available and engine.samples == 2
+    assert engine.reason == "2 samples of /metrics in this level: too few (3 needed)"
+    assert engine.running_max is None and engine.running_mean is None
+    assert engine.queued_max is None and engine.kv_usage_max is None
+    assert engine.generation_tokens is not None  # counters are read between samples
+
+
+def test_fewer_than_three_stats_lines_of_the_log_are_too_few_as_well():
+    log = _two_idle_scrapes("log")
+    engine = summarize_level(GpuTrace(), EngineTrace(), 0, S, log=log).engine
+    assert not engine.available and engine.log_samples == 2
+    assert engine.running_max is None
+    assert engine.reason is not None and "too few" in engine.reason

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tests.conftest import SERVELAB
+from tests.sessions import session_left
 from tests.vllm.conftest import (
     KV_CACHE_GIB,
     MAX_MODEL_LEN,
@@ -100,6 +101,10 @@ def test_stopping_a_bench_during_a_level_leaves_no_vllm(
             bench.wait()
     host, port = engine["url"].removeprefix("http://").rsplit(":", 1)
     assert leftovers(engine["pid"], host, int(port), before) == []
+    # The whole POSIX sessions, not only the process group: the engine's own (it leads
+    # one) and the bench's, which every process the bench started shares.
+    assert session_left(engine["pid"]) == []
+    assert session_left(bench.pid) == []
     # SIGTERM behaves as Ctrl-C does; only the exit code says which signal it was.
     assert bench.returncode == 128 + stop, stderr[-3000:]
     final = json.loads((out / "summary.json").read_text())

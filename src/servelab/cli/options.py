@@ -68,7 +68,7 @@ Gpus = Annotated[
 ScrapeMetrics = Annotated[
     bool,
     typer.Option(
-        help="Scrape the endpoint's Prometheus /metrics once a second (SGLang, vLLM, the"
+        help="Scrape the endpoint's Prometheus /metrics ten times a second (SGLang, vLLM, the"
         " simulator): running and queued requests, KV usage. n/a where it has none."
     ),
 ]

@@ -25,6 +25,7 @@ __all__ = [
     "group_alive",
     "proc_stat",
     "request_parent_death_signal",
+    "session_members",
     "signal_group",
 ]
 
@@ -73,6 +74,15 @@ def proc_stat(pid: int, proc: Path = _PROC) -> ProcStat | None:
         user_s=int(fields[11]) / _TICKS,
         system_s=int(fields[12]) / _TICKS,
     )
+
+
+def session_members(session_id: int, proc: Path = _PROC) -> list[int]:
+    """Live processes of a POSIX session (zombies hold nothing and are not counted)."""
+    return [
+        stat.pid
+        for stat in all_proc_stats(proc)
+        if stat.session == session_id and stat.state not in ("Z", "X")
+    ]
 
 
 def all_proc_stats(proc: Path = _PROC) -> Iterator[ProcStat]:

@@ -15,7 +15,13 @@ from servelab.bench.knee import find_knee
 from servelab.bench.results import LevelSummary
 from servelab.diagnose.deployment import choose_model
 from servelab.diagnose.engineconf import engine_config
-from servelab.diagnose.facts import MODEL_FASTER_TOLERANCE, LevelFacts, RunFacts, level_facts
+from servelab.diagnose.facts import (
+    MODEL_FASTER_TOLERANCE,
+    LevelFacts,
+    RunFacts,
+    engine_counts,
+    level_facts,
+)
 from servelab.diagnose.inputs import RunFiles
 from servelab.diagnose.modelview import ModelView
 from servelab.diagnose.options import DiagnoseOptions
@@ -110,8 +116,10 @@ def _missing(files: RunFiles) -> dict[str, str]:
         reason = next((g.reason for g in gpu if g.reason), None)
         missing["gpu"] = reason or "no GPU telemetry: run the bench with --gpus"
     engine = [lv.telemetry.engine for lv in levels if lv.telemetry is not None]
-    if not any(e.available for e in engine):
-        reason = next((e.reason for e in engine if e.reason), None)
+    counted = [engine_counts(lv.telemetry) for lv in levels]
+    if not any(counts for counts, _ in counted):
+        reason = next((why for _, why in counted if why), None)
+        reason = reason or next((e.reason for e in engine if e.reason), None)
         missing["metrics"] = reason or "no engine /metrics were scraped"
     if files.events is None:
         missing["log"] = files.events_source

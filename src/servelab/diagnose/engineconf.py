@@ -7,6 +7,14 @@ rule can read `--max-running-requests 64` back). The log's resolved settings (SG
 transformers' `Paged cache initialized` and cuda-graph choice) come second: they hold
 what the engine chose by default.
 
+Where neither says whether decode replays CUDA graphs, a recorded command that lacks the
+flag means the engine's default, with the source "engine default": on for SGLang and vLLM
+(their knob maps spell only `--disable-cuda-graph` / `--enforce-eager`), off for
+transformers serve 5.24 unless its attention implementation is a flash one
+(`decide_use_cuda_graphs`: graphs only where no attention mask is needed, so not for its
+default sdpa). Without a recorded command (an attached engine) the flags are not seen and
+the setting is unknown (None), which is not "off".
+
 transformers serve sizes its cache in sectors, not tokens. A sector is the least common
 multiple of every attention group's block (one block: `--cb-block-size` tokens, 256 by
 default, of every layer of the group) and 128 bytes; for a model with only full attention
@@ -42,6 +50,7 @@ _TP_FIELDS = ("tp_size", "tensor_parallel_size")
 _BATCH_TOKEN_FIELDS = ("max_batch_tokens", "max_num_batched_tokens", "max_prefill_tokens")
 _GRAPHS_OFF_FIELDS = ("disable_cuda_graph", "enforce_eager")
 _TF_BLOCK_FLAG = "--cb-block-size"
+_TF_ATTENTION_FLAG = "--attn-implementation"
 _PREFILL_PHASES = ("prefill", "piecewise")
 
 
@@ -106,7 +115,9 @@ def engine_config(
         command=command,
         running_cap=_int_from_command(command, knobs.get("max_running_requests"))
         or _int_from_log(events, _RUNNING_CAP_FIELDS),
-        cuda_graphs=_switch_from_command(command, knobs.get("cuda_graphs")) or _graphs(events),
+        cuda_graphs=_switch_from_command(command, knobs.get("cuda_graphs"))
+        or _graphs(events)
+        or _graphs_default(engine, command, knobs.get("cuda_graphs")),
         tp=_int_from_command(command, layout.get("tp")) or _int_from_log(events, _TP_FIELDS),
         kv_capacity_tokens=_kv_capacity(events, _block_tokens(engine, command)),
         max_batch_tokens=_int_from_command(command, knobs.get("max_batch_tokens"))
@@ -145,6 +156,31 @@ def _switch_from_command(command: list[str], rule: FlagRule | None) -> Setting[b
         if flags and all(flag in command for flag in flags):
             return Setting(state, f"engine command: {' '.join(flags)}")
     return None
+
+
+def _graphs_default(
+    engine: str | None, command: list[str], rule: FlagRule | None
+) -> Setting[bool] | None:
+    """CUDA graphs as the engine leaves them when a recorded command does not say; None
+    without a command (an attached engine's flags are not seen) or a known default."""
+    if rule is None or not command:
+        return None
+    if _KNOB_ENGINE.get(engine or "") == "transformers":
+        attention = _value_of(command, _TF_ATTENTION_FLAG) or ""
+        if "flash" in attention:
+            return None  # graphs on where a graph backend exists: not known from here
+        return Setting(
+            False,
+            "engine default: transformers serve captures no CUDA graphs without "
+            "--cb-use-cuda-graph or a flash attention implementation (not in the command)",
+        )
+    on, off = rule(True), rule(False)
+    if bool(on) == bool(off):
+        return None  # both sides spelled: the map does not say which is the default
+    state = "on" if not on else "off"
+    return Setting(
+        not on, f"engine default: {state} unless {' '.join(on or off)} (not in the command)"
+    )
 
 
 def _line(event: LogEvent) -> str:

@@ -5,6 +5,11 @@ decode batch of a level (what the model is asked about) is the engine's own mean
 of running requests where /metrics had it; else, by Little's law applied to the decode
 phase, concurrency x (1 - mean TTFT / mean E2E) (the share of each request's time spent
 decoding rather than waiting or prefilling), bounded by a configured running cap.
+
+A level's engine counts are read only over MIN_ENGINE_SAMPLES samples of their source
+(/metrics or the log's stats lines): a summary.json written before the summary refused
+fewer still holds such counts, and one scrape between two steps reads 0 running at any
+load. Such a level has no engine counts (`engine` None) and says why (`engine_missing`).
 """
 
 from __future__ import annotations
@@ -19,10 +24,23 @@ from servelab.diagnose.inputs import ProbeDoc
 from servelab.diagnose.modelview import ModelView
 from servelab.engines.signatures import EventKind, LogEvent
 from servelab.model import KernelFloor, StepBreakdown
-from servelab.telemetry.summary import EngineLevel, GpuStats
+from servelab.telemetry.summary import (
+    MIN_ENGINE_SAMPLES,
+    EngineLevel,
+    GpuStats,
+    LevelTelemetry,
+    too_few_samples,
+)
 from servelab.trace import TraceSummary
 
-__all__ = ["MODEL_FASTER_TOLERANCE", "LevelFacts", "ModelPoint", "RunFacts", "level_facts"]
+__all__ = [
+    "MODEL_FASTER_TOLERANCE",
+    "LevelFacts",
+    "ModelPoint",
+    "RunFacts",
+    "engine_counts",
+    "level_facts",
+]
 
 MODEL_FASTER_TOLERANCE = 0.8
 """A run faster than this share of the model's TPOT means the model does not describe it
@@ -60,6 +78,8 @@ class LevelFacts:
     kv_capacity_tokens: float | None = None
     preemptions: float | None = None
     model: ModelPoint | None = None
+    engine_missing: str | None = None
+    """Why the engine's counts of a scraped level are left out: too few samples."""
 
     @property
     def level(self) -> int:
@@ -157,7 +177,7 @@ def level_facts(
     input_tokens = summary.total_input_tokens / done if done else _number(workload, "input_len")
     output_tokens = summary.total_output_tokens / done if done else _number(workload, "output_len")
     telemetry = summary.telemetry
-    engine = telemetry.engine if telemetry and telemetry.engine.available else None
+    engine, engine_missing = engine_counts(telemetry)
     gpu = telemetry.gpu.overall if telemetry and telemetry.gpu.available else None
     batch, batch_source = _batch(summary, load, engine, running_cap)
     point = _model_point(model, batch, input_tokens, output_tokens) if model and done else None
@@ -174,7 +194,25 @@ def level_facts(
         kv_capacity_tokens=raw.get("kv_capacity_tokens"),
         preemptions=raw.get("preemptions"),
         model=point,
+        engine_missing=engine_missing,
     )
+
+
+def engine_counts(telemetry: LevelTelemetry | None) -> tuple[EngineLevel | None, str | None]:
+    """The level's engine counts if enough samples back them; else None and, for a level
+    that was scraped too few times, why."""
+    if telemetry is None:
+        return None, None
+    engine = telemetry.engine
+    if not engine.available:
+        short = engine.reason is not None and "too few" in engine.reason
+        return None, engine.reason if short else None
+    counts = {"metrics": engine.samples, "log": engine.log_samples}
+    names = {"metrics": "/metrics", "log": "the engine log's stats lines"}
+    for source in sorted(set(engine.sources.values()) or {"metrics"}):
+        if counts[source] < MIN_ENGINE_SAMPLES:
+            return None, too_few_samples(counts[source], names[source])
+    return engine, None
 
 
 def _number(workload: dict[str, object], key: str) -> float:

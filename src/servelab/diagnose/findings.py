@@ -84,6 +84,12 @@ class Action(BaseModel):
         description="False when this engine has no setting for the knob: the user cannot act "
         "on it here, and the finding ranks below those they can.",
     )
+    conditional: bool = Field(
+        default=False,
+        description="True when it applies only if a setting the run does not show has the "
+        "value its text names ('if CUDA graphs are off: ...'): a finding whose settings "
+        "actions are all conditional ranks below those on known settings.",
+    )
 
 
 class ExpectedGain(BaseModel):

@@ -81,20 +81,32 @@ def _ceiling(facts: RunFacts) -> list[CeilingPoint]:
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
-    """Worst first: severity, then whether the user can act on it here (a finding whose
-    every action lacks a setting on this engine ranks below), then impact x confidence,
-    then confidence, then kind."""
+    """Worst first: severity, then whether the user can act on it here (`_reach`), then
+    impact x confidence, then confidence, then kind."""
     order = list(FindingKind)
     return sorted(
         findings,
         key=lambda f: (
             f.severity.rank,
-            bool(f.actions) and not any(action.available for action in f.actions),
+            _reach(f),
             -f.impact * f.confidence,
             -f.confidence,
             order.index(f.kind),
         ),
     )
+
+
+def _reach(finding: Finding) -> int:
+    """0: an action on a known setting (or only text actions, or none); 1: its available
+    setting actions all rest on a setting the run does not show ("if CUDA graphs are off");
+    2: every action lacks a setting on this engine."""
+    actions = finding.actions
+    if not actions:
+        return 0
+    if not any(action.available for action in actions):
+        return 2
+    settings = [a for a in actions if a.knob is not None and a.available]
+    return 1 if settings and all(a.conditional for a in settings) else 0
 
 
 def _discount(findings: list[Finding]) -> list[Finding]:

@@ -8,9 +8,11 @@ numbers where a relative one exists; each constant says why it is where it is.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from servelab.diagnose.facts import LevelFacts, RunFacts
 from servelab.diagnose.findings import Evidence
+from servelab.telemetry.summary import MIN_ENGINE_SAMPLES
 
 __all__ = [
     "ADMITTED_SHARE",
@@ -31,14 +33,16 @@ __all__ = [
     "held_back",
     "model_growth",
     "queueing_beyond_knee",
+    "too_few_scrapes",
 ]
 
 ADMITTED_SHARE = 0.9
 """A level whose engine ran at most this share of the requests in flight, with some
 waiting, was admission-limited: a closed loop keeps `concurrency` requests at the engine,
 and the only reason for fewer to run is that the engine would not take more."""
-MIN_SCRAPES = 2
-"""A level judged from the engine's counts needs this many /metrics scrapes (1 Hz)."""
+MIN_SCRAPES = MIN_ENGINE_SAMPLES
+"""A level judged from the engine's counts needs this many /metrics scrapes (the summary's
+own floor: fewer leave the level without engine counts)."""
 MIN_QUEUED_MEAN = 0.5
 """Requests waiting on average: a queue that stays, not one caught in passing."""
 MIN_SHORTFALL = 2
@@ -76,6 +80,17 @@ def fmt(value: float, digits: int = 3) -> float:
     if value == 0 or not math.isfinite(value):
         return value
     return round(value, max(0, digits - 1 - math.floor(math.log10(abs(value)))))
+
+
+def too_few_scrapes(levels: Iterable[LevelFacts]) -> list[str]:
+    """`missing` lines for the levels whose engine counts were left out: too few samples."""
+    short = [lv for lv in levels if lv.engine_missing]
+    reasons = sorted({lv.engine_missing or "" for lv in short})
+    return [
+        f"engine metrics at {', '.join(lv.label for lv in short if lv.engine_missing == why)}: "
+        f"{why}; scrape more often or run longer levels"
+        for why in reasons
+    ]
 
 
 def held_back(level: LevelFacts) -> list[Evidence]:

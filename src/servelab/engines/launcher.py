@@ -29,7 +29,12 @@ from pathlib import Path
 
 from servelab.core.errors import EngineLaunchError
 from servelab.core.net import LOCALHOST, check_can_listen, free_port, port_free, url_host
-from servelab.core.processes import group_alive, request_parent_death_signal, signal_group
+from servelab.core.processes import (
+    group_alive,
+    request_parent_death_signal,
+    session_members,
+    signal_group,
+)
 from servelab.core.redact import is_secret_name, redact_argv, register_secret
 from servelab.engines.base import EngineAdapter, EngineSpec
 from servelab.engines.enginelog import LogPump, log_tail
@@ -266,3 +271,21 @@ def _stop_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
         deadline = time.monotonic() + 5.0
         while group_alive(pgid) and time.monotonic() < deadline:
             time.sleep(0.05)
+    _stop_session(pgid, grace_s)
+
+
+def _stop_session(sid: int, grace_s: float) -> None:
+    """What left the group but not the session (a child that made a group of its own):
+    SIGTERM, then SIGKILL after `grace_s`. The engine leads its session, so its pid is the
+    session's id, and nothing outside the engine shares it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        members = session_members(sid)
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + (grace_s if sig is signal.SIGTERM else 5.0)
+        while members and time.monotonic() < deadline:
+            time.sleep(0.05)
+            members = session_members(sid)
+        if not members:
+            return

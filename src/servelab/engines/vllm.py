@@ -57,8 +57,8 @@ EMBEDDED_PREFIX = "embedded:"
 
 LOG_STATS_INTERVAL_S = 1.0
 """`VLLM_LOG_STATS_INTERVAL` servelab launches with (vLLM's default is 10 s), so the
-periodic `Engine 000: ...` line gives the running and waiting requests as often as
-/metrics is scraped. The spec's env wins."""
+periodic `Engine 000: ...` line gives the running and waiting requests every second, for
+when /metrics is absent. The spec's env wins."""
 
 LAYOUT_FLAGS: dict[str, FlagRule] = {
     "tp": value("--tensor-parallel-size"),

@@ -6,6 +6,13 @@ synthetic one) at any time. Means are plain means of the samples inside [t_start
 are read at the level's two ends by linear interpolation between the samples around them;
 without an energy counter, energy is the integral of power. A field that cannot be given
 is None, with the reason under `unavailable`, so a table can print n/a and say why.
+
+The engine's gauges (running, queued, KV usage, throughput) need MIN_ENGINE_SAMPLES samples
+inside the level, from /metrics or else from the log's stats lines: one or two samples of a
+short level can catch the engine between steps (0 running at 24 streams), and a mean of two
+is no mean. With fewer the level's engine counts are missing, with the reason ("2 samples
+of /metrics in this level: too few (3 needed)"), never 0; the token counters are still read
+between the samples around the level.
 """
 
 from __future__ import annotations
@@ -25,7 +32,18 @@ from servelab.probe.nvml import clock_event_reason_names
 from servelab.telemetry.gpu import GpmSample, GpuSample, GpuTrace, PcieSample
 from servelab.telemetry.scrape import EngineSample, EngineTrace
 
-__all__ = ["EngineLevel", "GpuLevel", "GpuStats", "LevelTelemetry", "summarize_level"]
+__all__ = [
+    "MIN_ENGINE_SAMPLES",
+    "EngineLevel",
+    "GpuLevel",
+    "GpuStats",
+    "LevelTelemetry",
+    "summarize_level",
+    "too_few_samples",
+]
+
+MIN_ENGINE_SAMPLES = 3
+"""Samples of the engine's gauges a level needs: at /metrics' 10 Hz a level of 0.3 s."""
 
 EnergySource = Literal["counter", "power", "mixed"]
 
@@ -399,13 +417,25 @@ def _gauges(samples: Sequence[EngineSample]) -> dict[str, float | None]:
     return values
 
 
+def too_few_samples(count: int, what: str = "/metrics") -> str:
+    """Why a level's engine counts are missing: `count` samples of `what`, too few."""
+    noun = "sample" if count == 1 else "samples"
+    return f"{count} {noun} of {what} in this level: too few ({MIN_ENGINE_SAMPLES} needed)"
+
+
 def _with_log(level: EngineLevel, log: EngineTrace, t0: int, t1: int) -> EngineLevel:
     """`level` with the gauges it lacks taken from the log's stats lines inside [t0, t1]."""
     inside = _window(log.samples, t0, t1)
     if not inside:
         return level
+    if len(inside) < MIN_ENGINE_SAMPLES:
+        short = too_few_samples(len(inside), "the engine log's stats lines")
+        update: dict[str, object] = {"log_samples": len(inside)}
+        if not level.available:
+            update["reason"] = f"{level.reason}; {short}" if level.reason else short
+        return level.model_copy(update=update)
     from_log = _gauges(inside)
-    update: dict[str, object] = {"log_samples": len(inside)}
+    update = {"log_samples": len(inside)}
     sources = dict(level.sources)
     for name in _GAUGES:
         if getattr(level, f"{name}_mean") is None and from_log[f"{name}_mean"] is not None:
@@ -435,12 +465,14 @@ def _engine_level(trace: EngineTrace, t0: int, t1: int) -> EngineLevel:
             samples=len(inside),
         )
     around = _window(trace.samples, t0, t1, margin=1)
-    gauges = _gauges(inside)
+    enough = len(inside) >= MIN_ENGINE_SAMPLES
+    gauges = _gauges(inside) if enough else {}
     level = EngineLevel(
-        available=True,
+        available=enough,
+        reason=None if enough else too_few_samples(len(inside)),
         engine=engine,
         samples=len(inside),
-        sources={name: "metrics" for name in _GAUGES if gauges[f"{name}_mean"] is not None},
+        sources={name: "metrics" for name in _GAUGES if gauges.get(f"{name}_mean") is not None},
         prompt_tokens=_counter_delta(
             [(s.t_ns, s.prompt_tokens_total) for s in around if s.prompt_tokens_total is not None],
             t0,

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from servelab.diagnose.actions import bench_action, text_action
 from servelab.diagnose.facts import LevelFacts, RunFacts
 from servelab.diagnose.findings import Action, Evidence, Finding, FindingKind, Severity, Tally
-from servelab.diagnose.signals import fmt
+from servelab.diagnose.signals import fmt, too_few_scrapes
 
 __all__ = [
     "CPU_SATURATED_PCT",
@@ -132,6 +132,8 @@ def _limited_finding(facts: RunFacts, limited: list[LevelFacts]) -> Finding:
         missing.append(
             f"engine metrics: {facts.missing['metrics']} (the engine's view of the load)"
         )
+    else:
+        missing += too_few_scrapes(limited)
     return Finding(
         kind=FindingKind.CLIENT_BOUND,
         title=f"the load generator limited {len(limited)} level(s), up to {worst.label}",

@@ -28,7 +28,7 @@ from servelab.diagnose.findings import (
     Severity,
     Tally,
 )
-from servelab.diagnose.signals import fmt, held_back, queueing_beyond_knee
+from servelab.diagnose.signals import fmt, held_back, queueing_beyond_knee, too_few_scrapes
 from servelab.model import KvDtype
 
 __all__ = ["KV_FIT_SHARE", "KV_FULL", "KV_MODEL_ROOM", "kv_pressure", "rule"]
@@ -129,6 +129,8 @@ def rule(facts: RunFacts) -> list[Finding]:
     missing = []
     if facts.missing.get("metrics"):
         missing.append(f"engine metrics: {facts.missing['metrics']} (KV usage, running counts)")
+    else:
+        missing += too_few_scrapes(facts.closed)
     if facts.engine.kv_capacity_tokens is None and facts.events is None:
         missing.append(f"engine log: {facts.missing.get('log', 'absent')} (the KV cache's size)")
     where = f" at {running:g} running requests" if running else ""

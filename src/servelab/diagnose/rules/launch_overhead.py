@@ -9,6 +9,11 @@ path or synchronises with the host every step spends time the GPU is idle. What 
 - GPU telemetry: low power and idle SMs while the load runs;
 - the configuration: CUDA graphs off (the command or the log).
 
+CUDA graphs not known to be on or off (an attached engine without its log, an engine whose
+default the knob map does not say) are neither: the action to turn them on is then
+conditional ("if CUDA graphs are off: ..."), said as missing evidence, and ranks the
+finding below those on known settings.
+
 Under tensor parallelism the same per-step excess can be all-reduces slower than the
 model assumed; degraded links in the probe make `comm_latency` the likelier reading.
 
@@ -52,6 +57,12 @@ BUSY_DISCOUNT = 0.5
 _WEIGHTS = {"model": 0.5, "telemetry": 0.5, "config": 0.6, "trace": 0.6}
 _COMM_SHARED_WEIGHT = 0.35
 """The model's gap counts less when the excess may be communication (TP with bad links)."""
+_IF_OFF = "if CUDA graphs are off"
+_UNKNOWN_GRAPHS = (
+    "CUDA graphs: not known to be on or off (no engine log says, and no recorded command "
+    "shows the flag; SGLang and vLLM capture them unless --disable-cuda-graph / "
+    "--enforce-eager): the CUDA-graph action is conditional"
+)
 
 
 def rule(facts: RunFacts) -> list[Finding]:
@@ -96,9 +107,12 @@ def rule(facts: RunFacts) -> list[Finding]:
         else Severity.WARNING
     )
     graphs_on = graphs is not None and graphs.value
+    unknown = graphs is None
     ceiling = _ceiling_gain(low, split)
-    gain = _gain(low, ceiling, None if graphs_on else _graphs_gain(low))
+    gain = _gain(low, ceiling, None if graphs_on else _graphs_gain(low), unknown=unknown)
     missing = [f"{key}: {why}" for key, why in facts.missing.items() if key in ("model", "gpu")]
+    if unknown:
+        missing.append(_UNKNOWN_GRAPHS)
     if links:
         missing.append(
             "the probe shows degraded GPU links: part of this excess may be communication "
@@ -111,8 +125,8 @@ def rule(facts: RunFacts) -> list[Finding]:
             severity=severity,
             confidence=round(tally.confidence * (BUSY_DISCOUNT if busy else 1.0), 3),
             evidence=tally.evidence,
-            explanation=_explanation(low, split, graphs_on, bool(busy)),
-            actions=_actions(facts, graphs_on),
+            explanation=_explanation(low, split, graphs_on, bool(busy), unknown=unknown),
+            actions=_actions(facts, graphs_on, unknown=unknown),
             expected_gain=gain,
             missing=missing,
             levels=[low.level],
@@ -151,7 +165,9 @@ def _gap_evidence(low: LevelFacts, ratio: float, split: Split | None) -> list[Ev
     return found
 
 
-def _explanation(low: LevelFacts, split: Split | None, graphs_on: bool, busy: bool) -> str:
+def _explanation(
+    low: LevelFacts, split: Split | None, graphs_on: bool, busy: bool, *, unknown: bool
+) -> str:
     text = (
         "Each decode step costs the engine much more than the hardware's work for it. The "
         "usual reason is the host: the GPU waits while it launches kernels one by one, "
@@ -172,6 +188,11 @@ def _explanation(low: LevelFacts, split: Split | None, graphs_on: bool, busy: bo
         )
     if graphs_on:
         text += " CUDA graphs are on, so the time goes elsewhere: the scheduler, sampling, Python."
+    elif unknown:
+        text += (
+            " Whether CUDA graphs are on is not known: if they are off, turning them on is the "
+            "first thing to try; if on, the time goes to the scheduler, sampling, Python."
+        )
     if busy:
         text += (
             " But the GPU is busy, not waiting: its kernels run slower than the model's bytes "
@@ -181,9 +202,13 @@ def _explanation(low: LevelFacts, split: Split | None, graphs_on: bool, busy: bo
     return text
 
 
-def _actions(facts: RunFacts, graphs_on: bool) -> list[Action]:
+def _actions(facts: RunFacts, graphs_on: bool, *, unknown: bool) -> list[Action]:
     actions = []
-    if not graphs_on:
+    if unknown:
+        why = f"{_IF_OFF}: replay each step as a CUDA graph"
+        action = knob_action(facts.engine, "cuda_graphs", True, why)
+        actions.append(action.model_copy(update={"conditional": True}))
+    elif not graphs_on:
         actions.append(
             knob_action(facts.engine, "cuda_graphs", True, "replay each step as a CUDA graph")
         )
@@ -230,6 +255,8 @@ def _gain(
     low: LevelFacts,
     ceiling: tuple[float, str] | None,
     graphs: tuple[float, float, float] | None,
+    *,
+    unknown: bool = False,
 ) -> ExpectedGain | None:
     if low.tpot_ms is None or low.model is None or ceiling is None:
         return None
@@ -251,7 +278,8 @@ def _gain(
         at=low.label,
         source="model (kernel floors) and the sweep",
         text=(
-            f"CUDA graphs on: about {factor:.1f}x {metric}, from {low.tpot_ms:.3g} ms to "
+            (f"{_IF_OFF}, " if unknown else "")
+            + f"CUDA graphs on: about {factor:.1f}x {metric}, from {low.tpot_ms:.3g} ms to "
             f"{with_graphs:.3g} ms: the kernel floor with graphs "
             f"({low.model.graph_floor_tpot_ms:.3g} ms) plus the {own:.3g} ms the engine spends "
             f"beyond its eager floor ({low.model.eager_floor_tpot_ms:.3g} ms); {how}: up to "

@@ -30,13 +30,19 @@ from servelab.diagnose.findings import (
     Tally,
 )
 from servelab.diagnose.rules.kv_capacity import KV_MODEL_ROOM, kv_pressure
-from servelab.diagnose.signals import fmt, held_back, model_growth, queueing_beyond_knee
+from servelab.diagnose.signals import (
+    fmt,
+    held_back,
+    model_growth,
+    queueing_beyond_knee,
+    too_few_scrapes,
+)
 
 __all__ = ["CAP_MATCH", "rule"]
 
 CAP_MATCH = 0.05
 """Running counts within 5% (or one request) of the cap are at the cap: metrics are
-sampled once a second and a finishing request leaves its slot briefly empty."""
+sampled between steps and a finishing request leaves its slot briefly empty."""
 
 _WEIGHTS = {"metrics": 0.6, "config": 0.5, "sweep": 0.4, "model": 0.3}
 _DIRECT = ("metrics", "config", "sweep")
@@ -233,6 +239,8 @@ def _missing(facts: RunFacts, observed: float | None) -> list[str]:
             f"engine metrics: {facts.missing['metrics']}; without running and waiting counts a "
             "cap cannot be told from a full KV cache"
         )
+    if observed is None and not facts.missing.get("metrics"):
+        missing += too_few_scrapes(facts.closed)
     if facts.missing.get("model"):
         missing.append(f"model: {facts.missing['model']}; no expected gain")
     return missing

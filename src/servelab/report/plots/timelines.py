@@ -84,7 +84,7 @@ def engine_timeline_plot(runs: Sequence[RunPlotInput]) -> Plot:
         title="Engine requests and KV cache over time",
         caption=(
             "The requests the engine was running and holding in its queue (waiting), and how "
-            "full its KV cache was, from its Prometheus /metrics scraped at 1 Hz; each shaded "
+            "full its KV cache was, from its Prometheus /metrics scraped at 10 Hz; each shaded "
             "band is a load level. A running count that stays flat while the queue grows is "
             "a cap on running requests; KV usage near 100% is a full cache."
         ),
