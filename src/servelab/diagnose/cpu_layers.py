@@ -22,7 +22,7 @@ from servelab.core.units import BYTES_PER_GB, MS_PER_S, US_PER_S
 from servelab.diagnose.deployment import launched_spec, preset_from_folder
 from servelab.diagnose.document import GapLayers, GapShare, Layer
 from servelab.diagnose.facts import MODEL_FASTER_TOLERANCE, LevelFacts, RunFacts
-from servelab.diagnose.layer_points import engine_layer, per_token
+from servelab.diagnose.layer_points import engine_layer, gap_at, per_token
 from servelab.diagnose.modelview import ModelView
 from servelab.model import CpuDeployment, cpu_deploy, cpu_from_probe, cpu_step
 
@@ -91,7 +91,7 @@ def _layers(facts: RunFacts, model: _CpuModel, point: str, lv: LevelFacts) -> Ga
     cd = model.deployment
     if cd is None:
         why = f"needs {model.missing}"
-        return _gap(
+        return gap_at(
             point,
             lv,
             [
@@ -129,26 +129,7 @@ def _layers(facts: RunFacts, model: _CpuModel, point: str, lv: LevelFacts) -> Ga
     ]
     measured = lv.tpot_ms
     gap = measured - roofline if measured is not None else None
-    return _gap(point, lv, layers, gap, _shares(gap, step.dispatch_s, lv))
-
-
-def _gap(
-    point: str,
-    lv: LevelFacts,
-    layers: list[Layer],
-    gap: float | None = None,
-    shares: list[GapShare] | None = None,
-) -> GapLayers:
-    return GapLayers(
-        point=point,
-        level=lv.level,
-        concurrency=lv.load,
-        batch=round(lv.batch, 2),
-        batch_source=lv.batch_source,
-        layers=layers,
-        gap_ms_per_token=gap,
-        shares=shares or [],
-    )
+    return gap_at(point, lv, layers, gap, _shares(gap, step.dispatch_s, lv))
 
 
 def _floor_layer(

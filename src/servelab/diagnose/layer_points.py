@@ -8,10 +8,10 @@ layer is always the engine as configured, the level's measured TPOT. The GPU's l
 from __future__ import annotations
 
 from servelab.core.units import MS_PER_S
-from servelab.diagnose.document import Layer
+from servelab.diagnose.document import GapLayers, GapShare, Layer
 from servelab.diagnose.facts import LevelFacts, RunFacts
 
-__all__ = ["engine_layer", "layer_points", "per_token"]
+__all__ = ["engine_layer", "gap_at", "layer_points", "per_token"]
 
 
 def layer_points(facts: RunFacts) -> list[tuple[str, LevelFacts]]:
@@ -45,3 +45,23 @@ def engine_layer(facts: RunFacts, lv: LevelFacts) -> Layer:
 def per_token(ms: float | None) -> float | None:
     """ms per token -> tokens per second."""
     return MS_PER_S / ms if ms else None
+
+
+def gap_at(
+    point: str,
+    lv: LevelFacts,
+    layers: list[Layer],
+    gap: float | None = None,
+    shares: list[GapShare] | None = None,
+) -> GapLayers:
+    """One statement of the gap at `lv`, its layers bottom to top."""
+    return GapLayers(
+        point=point,
+        level=lv.level,
+        concurrency=lv.load,
+        batch=round(lv.batch, 2),
+        batch_source=lv.batch_source,
+        layers=layers,
+        gap_ms_per_token=gap,
+        shares=shares or [],
+    )

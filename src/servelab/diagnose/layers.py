@@ -16,7 +16,7 @@ from servelab.diagnose.cpu_layers import cpu_gap_layers
 from servelab.diagnose.document import GapLayers, GapShare, Layer
 from servelab.diagnose.facts import MODEL_FASTER_TOLERANCE, LevelFacts, ModelPoint, RunFacts
 from servelab.diagnose.gap import split_excess
-from servelab.diagnose.layer_points import engine_layer, layer_points, per_token
+from servelab.diagnose.layer_points import engine_layer, gap_at, layer_points, per_token
 
 __all__ = ["KERNEL_FLOOR_NOTE", "gap_layers"]
 
@@ -47,14 +47,7 @@ def _layers(facts: RunFacts, point: str, lv: LevelFacts) -> GapLayers:
             source="model",
             note=facts.missing.get("model", "no model"),
         )
-        return GapLayers(
-            point=point,
-            level=lv.level,
-            concurrency=lv.load,
-            batch=round(lv.batch, 2),
-            batch_source=lv.batch_source,
-            layers=[roofline, kernel, engine],
-        )
+        return gap_at(point, lv, [roofline, kernel, engine])
     scale = facts.model.time_scale
     step = lv.model.step
     parts = (
@@ -86,16 +79,7 @@ def _layers(facts: RunFacts, point: str, lv: LevelFacts) -> GapLayers:
         )
     layers += [_kernel_layer(lv.model, measured), engine]
     gap = measured - datasheet if measured is not None else None
-    return GapLayers(
-        point=point,
-        level=lv.level,
-        concurrency=lv.load,
-        batch=round(lv.batch, 2),
-        batch_source=lv.batch_source,
-        layers=layers,
-        gap_ms_per_token=gap,
-        shares=_shares(facts, lv, gap),
-    )
+    return gap_at(point, lv, layers, gap, _shares(facts, lv, gap))
 
 
 def _kernel_layer(model: ModelPoint, measured: float | None) -> Layer:
