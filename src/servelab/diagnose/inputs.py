@@ -25,8 +25,8 @@ from servelab.store import (
     ENGINE_LOG_FILE,
     METRICS_FILE,
     PROBE_FILE,
-    SUMMARY_FILE,
     RunDir,
+    open_run,
 )
 from servelab.trace import TraceSummary
 
@@ -67,17 +67,9 @@ class RunFiles:
 def load_run(path: Path, *, engine: str | None = None, probe: Path | None = None) -> RunFiles:
     """Read `path`; `engine` names the engine when the run does not, and `probe` (a
     probe.json) is used in place of the run's own."""
-    if not path.is_dir():
-        raise ConfigError(f"no run directory at {path}")
+    run, summary = open_run(path, BenchSummary, reader="diagnose")
     if engine is not None:
         get_adapter(engine)  # an unknown name is a ConfigError with the closest known one
-    run = RunDir(path)
-    summary = run.load_summary(BenchSummary)
-    if summary is None:
-        raise ConfigError(
-            f"{path} has no {SUMMARY_FILE}",
-            hint="diagnose reads a run directory written by servelab bench or run",
-        )
     name = engine or _run_engine(summary)
     events, events_source = _events(run, name)
     own = path / PROBE_FILE

@@ -28,9 +28,9 @@ from servelab.store import (
     METRICS_FILE,
     PROBE_FILE,
     REQUESTS_FILE,
-    SUMMARY_FILE,
     TELEMETRY_FILE,
     RunDir,
+    open_run,
 )
 from servelab.trace import TraceSummary
 
@@ -78,15 +78,7 @@ class ReportRun:
 
 def load_report_run(path: Path) -> ReportRun:
     """Read `path`; a ConfigError where it is not a run directory or a file is not valid."""
-    if not path.is_dir():
-        raise ConfigError(f"no run directory at {path}")
-    run = RunDir(path)
-    summary = run.load_summary(BenchSummary)
-    if summary is None:
-        raise ConfigError(
-            f"{path} has no {SUMMARY_FILE}",
-            hint="report reads run directories written by servelab run, bench or import",
-        )
+    run, summary = open_run(path, BenchSummary, reader="report")
     notes: list[str] = []
     return ReportRun(
         path=path,

@@ -15,6 +15,7 @@ from servelab.store.rundir import (
     TELEMETRY_FILE,
     RunDir,
     default_run_name,
+    open_run,
 )
 
 __all__ = [
@@ -33,5 +34,6 @@ __all__ = [
     "RunDir",
     "default_run_name",
     "list_runs",
+    "open_run",
     "record_run",
 ]

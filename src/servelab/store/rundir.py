@@ -39,6 +39,7 @@ __all__ = [
     "TELEMETRY_FILE",
     "RunDir",
     "default_run_name",
+    "open_run",
 ]
 
 DEFAULT_RUNS_DIR = Path("servelab-runs")
@@ -64,6 +65,21 @@ REPORT_HTML_FILE = "report.html"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _Doc = TypeVar("_Doc", bound=BaseModel)
+
+
+def open_run(path: Path, summary_model: type[_Doc], *, reader: str) -> tuple[RunDir, _Doc]:
+    """An existing run directory and its summary: one ConfigError line where `path` is not
+    a folder or holds no summary; `reader` says which command reads it, for the hint."""
+    if not path.is_dir():
+        raise ConfigError(f"no run directory at {path}")
+    run = RunDir(path)
+    summary = run.load_summary(summary_model)
+    if summary is None:
+        raise ConfigError(
+            f"{path} has no {SUMMARY_FILE}",
+            hint=f"{reader} reads run directories written by servelab run, bench or import",
+        )
+    return run, summary
 
 
 def default_run_name(target: str) -> str:
