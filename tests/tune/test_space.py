@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -250,3 +251,38 @@ def test_the_model_account_weighs_all_reduces_prefill_and_the_kv_cache():
         f"the KV cache holds only {long.kv_max_requests} requests of this length"
     )
     assert "prefilling the prompts" in long.reason
+
+
+def test_the_space_kept_with_a_study_holds_no_secret():
+    text = (
+        "base:\n  engine: sim\n  env: {HF_TOKEN: hf-planted-0001, NCCL_ALGO: Ring}\n"
+        "  extra_args: [--api-key, sk-planted-0002, --hf-token=tok-planted-0003]\n"
+        "space:\n  knobs.max_running_requests: [128]  # the cap\n"
+    )
+    parsed = parse_space(yaml.safe_load(text), source="s.yaml", text=text, default_name="s")
+    kept = parsed.text + json.dumps(parsed.document)
+    for planted in ("hf-planted-0001", "sk-planted-0002", "tok-planted-0003"):
+        assert planted not in kept
+    assert "# the cap" in parsed.text and "--hf-token=***" in parsed.text
+    assert parsed.document["base"]["env"] == {"HF_TOKEN": "***", "NCCL_ALGO": "Ring"}
+    assert parsed.base.env["HF_TOKEN"] == "hf-planted-0001"  # what launches keeps it
+
+
+def test_a_secret_is_not_a_searched_setting():
+    with pytest.raises(ConfigError, match=r"space: args.--api-key names a secret"):
+        space(space={"args.--api-key": ["sk-a", "sk-b"]})
+
+
+def test_a_joining_worker_takes_secret_env_values_from_its_own_environment(monkeypatch):
+    from servelab.tune.study import _with_local_secrets
+
+    masked = {**BASE, "env": {"HF_TOKEN": "***"}}
+    stored = space(base=masked)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match="sets HF_TOKEN, a secret the study does not store"):
+        _with_local_secrets(stored)
+    monkeypatch.setenv("HF_TOKEN", "hf-here-0004")
+    assert _with_local_secrets(stored).base.env == {"HF_TOKEN": "hf-here-0004"}
+    flag = space(base={**BASE, "extra_args": ["--api-key", "***"]})
+    with pytest.raises(ConfigError, match="passes a secret option"):
+        _with_local_secrets(flag)

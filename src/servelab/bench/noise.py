@@ -17,6 +17,11 @@ is therefore widened by the level's own drift, how far the statistic on its seco
 requests lies from that on its first half, the larger of the two runs'. A steady level
 keeps a narrow band; an unsteady one cannot be compared precisely, and its band says so.
 A verdict also asks for a minimum effect (verdicts.MIN_EFFECT).
+
+A level needs MIN_BLOCKS blocks for a band: with one block (no more requests than its
+concurrency, as in every file imported as "all at once") each resample is the whole level
+and the band would be the drift alone, which looks precise and is not. Such a level has no
+band (`Band.why_none` says why), never a narrow one.
 """
 
 from __future__ import annotations
@@ -31,18 +36,25 @@ from servelab.bench.results import LevelSummary
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
+    "MIN_BLOCKS",
     "Band",
     "LevelSample",
     "Statistic",
     "level_sample",
+    "metric_statistic",
+    "no_band_reason",
     "rate_statistic",
     "ratio_band",
 ]
 
 BOOTSTRAP_RESAMPLES = 1000
+MIN_BLOCKS = 5
+"""Fewer blocks than this per level and no band is drawn: resampling 4 blocks with
+replacement gives 35 distinct resamples, too few for a 95% band."""
 FAMILY_ALPHA = 0.05
 """A family of bands read together misses its true ratio at most this often, all at once."""
 _NS_PER_MS = 1e6
+_NAN = float("nan")
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,11 @@ class LevelSample:
     def block(self) -> int:
         return max(1, min(self.level.max_concurrency or 1, self.size))
 
+    @property
+    def blocks(self) -> int:
+        """How many blocks the level's requests make (the last one may be short)."""
+        return -(-self.size // self.block)
+
 
 @dataclass(frozen=True)
 class Band:
@@ -73,6 +90,13 @@ class Band:
     hi: float
     drift: float
     """The larger of the two levels' drift between their halves, which widened the band."""
+    why_none: str | None = None
+    """Why there is no band (`lo` and `hi` are NaN then): "no band: one block of 64
+    requests"; None when there is one."""
+
+    @property
+    def drawn(self) -> bool:
+        return self.why_none is None and bool(np.isfinite(self.lo) and np.isfinite(self.hi))
 
     def excludes_one(self) -> bool:
         return self.lo > 1 or self.hi < 1
@@ -133,10 +157,14 @@ def ratio_band(
 
     Its coverage is 95% for the whole family of `comparisons` bands read together
     (Bonferroni: each covers 1 - 0.05 / comparisons), so a report of ten metrics does not
-    call one of two identical runs "outside noise" one time in three.
+    call one of two identical runs "outside noise" one time in three. Where either level
+    has fewer than MIN_BLOCKS blocks the band is NaN and `why_none` says why.
     """
-    rng = np.random.default_rng(seed)
     measured = statistic(b, np.arange(b.size)) / statistic(a, np.arange(a.size))
+    why = no_band_reason(a, b)
+    if why is not None:
+        return Band(ratio=float(measured), lo=_NAN, hi=_NAN, drift=0.0, why_none=why)
+    rng = np.random.default_rng(seed)
     ratios = np.array(
         [
             statistic(b, _resample(b, rng)) / statistic(a, _resample(a, rng))
@@ -145,13 +173,25 @@ def ratio_band(
     )
     ratios = ratios[np.isfinite(ratios)]
     if not len(ratios):
-        return Band(ratio=float(measured), lo=float("nan"), hi=float("nan"), drift=0.0)
+        why = "no band: too few requests with that statistic"
+        return Band(ratio=float(measured), lo=_NAN, hi=_NAN, drift=0.0, why_none=why)
     tail = FAMILY_ALPHA / max(comparisons, 1) / 2 * 100
     lo, hi = np.percentile(ratios, [tail, 100 - tail])
     drift = max(_drift(a, statistic), _drift(b, statistic))
     return Band(
         ratio=float(measured), lo=float(lo) * (1 - drift), hi=float(hi) * (1 + drift), drift=drift
     )
+
+
+def no_band_reason(*samples: LevelSample) -> str | None:
+    """Why these levels cannot have a band (the first with fewer than MIN_BLOCKS blocks),
+    or None when every one has enough."""
+    for sample in samples:
+        if sample.blocks == 1:
+            return f"no band: one block of {sample.size} requests"
+        if sample.blocks < MIN_BLOCKS:
+            return f"no band: only {sample.blocks} blocks of {sample.block} requests"
+    return None
 
 
 def _drift(sample: LevelSample, statistic: Statistic) -> float:
@@ -183,5 +223,68 @@ def rate_statistic(field: str) -> Statistic:
             return value * float(np.mean(s.e2e_ms) / np.mean(s.e2e_ms[idx]))
         tokens = s.total_tokens if field == "total_throughput" else s.output_tokens
         return value * float(np.mean(tokens[idx]) / np.mean(tokens))
+
+    return statistic
+
+
+SINGLE_STREAM = "single_stream_tok_s"
+_PERCENTILES = {"mean": None, "median": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
+_MIN_P99_REQUESTS = 100
+"""A p99 of fewer requests is their largest value; resampling a maximum says nothing."""
+
+
+def metric_statistic(metric: str) -> Statistic | None:
+    """The statistic that resamples a level summary's `metric` (a throughput,
+    `single_stream_tok_s`, or a mean or percentile of TTFT, TPOT or E2E latency); None for a
+    metric no resample can move (goodput, ITL, counts)."""
+    if metric in ("total_throughput", "output_throughput"):
+        return rate_statistic(metric)
+    if metric == "request_throughput":
+        return _request_rate
+    if metric == SINGLE_STREAM:
+        return _single_stream
+    head, _, rest = metric.partition("_")
+    what = rest.removesuffix("_ms")
+    if head not in _PERCENTILES or not rest.endswith("_ms") or what not in _VALUES:
+        return None
+    return _summary_statistic(what, _PERCENTILES[head])
+
+
+def _request_rate(s: LevelSample, idx: np.ndarray) -> float:
+    """A closed loop's requests/s move with mean E2E (Little's law); an open loop's are the
+    arrivals'."""
+    value = float(s.level.request_throughput or 0.0)
+    if s.level.max_concurrency is None:
+        return value
+    return value * float(np.mean(s.e2e_ms) / np.mean(s.e2e_ms[idx]))
+
+
+def _single_stream(s: LevelSample, idx: np.ndarray) -> float:
+    return float(np.mean(s.output_tokens[idx] / (s.e2e_ms[idx] / 1000)))
+
+
+def _tpot_ms(s: LevelSample, idx: np.ndarray) -> np.ndarray:
+    out = s.output_tokens[idx]
+    keep = out > 1
+    return ((s.e2e_ms[idx] - s.ttft_ms[idx])[keep]) / (out[keep] - 1)
+
+
+_VALUES: dict[str, Callable[[LevelSample, np.ndarray], np.ndarray]] = {
+    "ttft": lambda s, idx: s.ttft_ms[idx],
+    "e2e_latency": lambda s, idx: s.e2e_ms[idx],
+    "tpot": _tpot_ms,
+}
+
+
+def _summary_statistic(what: str, q: float | None) -> Statistic:
+    values_of = _VALUES[what]
+
+    def statistic(s: LevelSample, idx: np.ndarray) -> float:
+        if q == 99.0 and s.size < _MIN_P99_REQUESTS:
+            return float("nan")
+        values = values_of(s, idx)
+        if not len(values):
+            return float("nan")
+        return float(np.mean(values) if q is None else np.percentile(values, q))
 
     return statistic

@@ -79,6 +79,15 @@ def run(
     runs_dir: RunsDir = DEFAULT_RUNS_DIR,
     gpus: Gpus = None,
     heartbeat: Heartbeat = "30s",
+    confirm: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="After the study, launch the best and the default configurations N times "
+            "each, alternately, and report the gain's run-to-run band (median, smallest and "
+            "largest best / default over the N pairs); kept in confirm.json and study.json.",
+        ),
+    ] = 0,
     no_report: NoReport = False,
     json_output: Json = False,
 ) -> None:
@@ -99,6 +108,10 @@ def run(
         if study is not None:
             space = space.model_copy(update={"name": _study_name(study)})
         config = _worker(storage, trials, time_budget, out, runs_dir, gpus, heartbeat)
+        if confirm:
+            from dataclasses import replace
+
+            config = replace(config, confirm=confirm)
         from servelab.tune.study import run_study
 
         with _Progress(err) as view:
@@ -206,6 +219,17 @@ def best_lines(result: StudyResult) -> list[str]:
     gain = result.gain_over_default()
     if gain is not None and result.default_trial is not None:
         lines.append(f"  {gain:.2f}x the default's (trial {result.default_trial})")
+    lines += [f"  {check.text}" for check in result.best_noise]
+    confirmation = result.confirmation
+    within = [check.trial for check in result.best_noise if check.within_noise]
+    if within and confirmation is None:
+        lines.append(
+            f"  the best is not shown to beat trial {within[0]}: one measurement of each, "
+            "within noise (tune run --confirm N re-measures the best against the default)"
+        )
+    if confirmation is not None and confirmation.text:
+        stale = result.best[:1] != [confirmation.best_trial]
+        lines.append(f"  {confirmation.text}" + (" (an earlier best)" if stale else ""))
     if result.best_command:
         lines.append(f"command: {shlex.join(result.best_command)}")
     return lines

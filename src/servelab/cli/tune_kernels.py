@@ -142,6 +142,7 @@ def kernels(
         timeout_s = parse_duration_s(tuner_timeout, what="--tuner-timeout")
         levels = parse_number_list(concurrency, what="--concurrency", integer=True)
         check_range("--num-requests", num_requests, low=1)
+        num_requests = _ab_requests(num_requests, [int(v) for v in levels])
         gpu = gpu_name if gpu_name is not None else probe_gpu_name()
         if gpu is None:
             raise ConfigError(
@@ -286,3 +287,24 @@ def _render_result(result: KernelTuneResult) -> Group:
         verdict.add_row("[yellow]not kept[/]", escape(result.reason))
     parts.append(verdict)
     return Group(*parts)
+
+
+AB_BLOCKS = 8
+"""Blocks of requests per A/B level by default: the noise band needs MIN_BLOCKS of them."""
+
+
+def _ab_requests(given: int | None, levels: list[int]) -> int:
+    """--num-requests for the A/B runs: by default AB_BLOCKS blocks of the highest
+    concurrency; one giving the noise band too few blocks is refused (no band, no keep)."""
+    from servelab.bench.noise import MIN_BLOCKS
+
+    top = max(levels)
+    if given is None:
+        return AB_BLOCKS * top
+    if given < MIN_BLOCKS * top:
+        raise ConfigError(
+            f"--num-requests {given} at concurrency {top} is {-(-given // top)} blocks of "
+            f"requests: too few for a noise band ({MIN_BLOCKS} blocks)",
+            hint=f"give --num-requests {MIN_BLOCKS * top} or more, or leave it out",
+        )
+    return given

@@ -12,11 +12,15 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "MASK",
+    "MIN_SECRET_LEN",
+    "document_secrets",
     "is_secret_name",
     "redact_argv",
+    "redact_document",
     "redact_env",
     "redact_headers",
     "redact_url",
@@ -24,6 +28,7 @@ __all__ = [
     "registered_secrets",
     "scrub",
     "scrub_bytes",
+    "scrub_values",
 ]
 
 MASK = "***"
@@ -47,7 +52,7 @@ _SECRET_WORDS = frozenset(
 _SECRET_PARTS = ("APIKEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 _WORDS = re.compile(r"[A-Za-z0-9]+")
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]+:)[^/@\s]+@")
-_MIN_SECRET_LEN = 4
+MIN_SECRET_LEN = 4
 """Shorter values are not scrubbed by value: masking every 'abc' would garble files."""
 
 _lock = threading.Lock()
@@ -67,7 +72,7 @@ def is_secret_name(name: str) -> bool:
 
 def register_secret(value: str | None) -> None:
     """Remember a secret value so that `scrub` removes it from everything written."""
-    if value and len(value) >= _MIN_SECRET_LEN:
+    if value and len(value) >= MIN_SECRET_LEN:
         with _lock:
             _secrets.add(value)
 
@@ -153,3 +158,63 @@ def _redact_one(arg: str) -> str:
 def _redact_header_arg(arg: str) -> str:
     name, sep, _ = arg.partition(":")
     return f"{name}{sep} {MASK}" if sep and is_secret_name(name) else scrub(arg)
+
+
+def redact_document(document: Any) -> Any:
+    """A parsed YAML or JSON document (an engine spec, a tuning space) with its secrets
+    masked: the value of every key whose name is secret (`env: {HF_TOKEN: ...}`,
+    `options: {api_key: ...}`), secret options in lists of arguments (`extra_args:
+    [--api-key, X]`, `--hf-token=X`), and URL passwords. The keys stay, so the record says
+    they were set."""
+    return _walk(document, set())
+
+
+def document_secrets(document: Any) -> frozenset[str]:
+    """The values `redact_document` masks, so that the document's own text can be scrubbed
+    of them (`scrub_values`) with its comments and layout kept."""
+    found: set[str] = set()
+    _walk(document, found)
+    return frozenset(found)
+
+
+def scrub_values(text: str, values: frozenset[str] | set[str]) -> str:
+    """`text` with each of `values` (longest first) and every registered secret masked."""
+    for value in sorted(values, key=len, reverse=True):
+        if value:
+            text = text.replace(value, MASK)
+    return scrub(text)
+
+
+def _walk(value: Any, found: set[str]) -> Any:
+    """`value` redacted; the masked values are added to `found`."""
+    if isinstance(value, Mapping):
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, str) and is_secret_name(key) and item is not None:
+                found.update(_texts(item))
+                out[key] = MASK
+            else:
+                out[key] = _walk(item, found)
+        return out
+    if isinstance(value, list | tuple):
+        if value and all(isinstance(item, str) for item in value):
+            masked = redact_argv(value)
+            for arg, shown in zip(value, masked, strict=True):
+                if arg != shown and MASK in shown:
+                    found.add(arg.split("=", 1)[1] if shown.endswith(f"={MASK}") else arg)
+            return masked
+        return [_walk(item, found) for item in value]
+    if isinstance(value, str):
+        return scrub(value)
+    return value
+
+
+def _texts(value: Any) -> list[str]:
+    """The scalar values under a secret key, as the text a file would hold them in."""
+    if isinstance(value, Mapping):
+        return [text for item in value.values() for text in _texts(item)]
+    if isinstance(value, list | tuple):
+        return [text for item in value for text in _texts(item)]
+    if isinstance(value, bool) or value is None:
+        return []
+    return [str(value)]

@@ -54,14 +54,14 @@ def load_spec(path: Path) -> EngineSpec:
 
 
 def spec_yaml(spec: EngineSpec) -> str:
-    """The spec as the YAML a user would write: set fields only, secret env values hidden."""
+    """The spec as the YAML a user would write: set fields only, secrets hidden (env values
+    and options by name, `--api-key VALUE` and `--hf-token=VALUE` in extra_args, URL
+    passwords), since it is recorded in run directories and tuning studies."""
     import yaml
 
-    from servelab.core.redact import redact_env
+    from servelab.core.redact import redact_document
 
-    data = spec.model_dump(mode="json", exclude_defaults=True)
-    if spec.env:
-        data["env"] = redact_env(spec.env)
+    data = redact_document(spec.model_dump(mode="json", exclude_defaults=True))
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 

@@ -12,9 +12,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "CONFIRM_FILE",
     "SCHEMA",
     "STUDY_FILE",
+    "ConfirmRun",
+    "Confirmation",
     "LayoutModel",
+    "NoiseCheck",
     "ObjectiveSpec",
     "ParamValue",
     "StudyResult",
@@ -25,6 +29,7 @@ __all__ = [
 
 SCHEMA = "servelab.tune/1"
 STUDY_FILE = "study.json"
+CONFIRM_FILE = "confirm.json"
 
 ParamValue = str | int | float | bool | None
 TrialState = Literal["complete", "pruned", "failed", "running", "waiting"]
@@ -120,6 +125,61 @@ class TrialRow(BaseModel):
     model: LayoutModel | None = None
 
 
+class NoiseCheck(BaseModel):
+    """The best trial against another (the runner-up, the default) within the noise of their
+    own requests: bench.noise's block-bootstrap band of best / other on the objective's
+    level. A single measurement of each: the maximum of several noisy trials is biased up,
+    so a best that is within noise of the runner-up is not shown to be better."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trial: int
+    role: str = Field(description="runner-up, default, or both.")
+    ratio: float | None = Field(description="The best's objective over this trial's.")
+    band_lo: float | None = Field(default=None, description="The band's low end of the ratio.")
+    band_hi: float | None = Field(default=None, description="The band's high end.")
+    within_noise: bool | None = Field(
+        description="The band holds 1; None where no band could be drawn."
+    )
+    text: str = Field(description="One line: the change, the band or why there is none.")
+
+
+class ConfirmRun(BaseModel):
+    """One re-measurement of `tune run --confirm`: a launch and sweep of one configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pair: int
+    which: Literal["best", "default"]
+    value: float | None = Field(description="The first objective measured; None: nothing.")
+    run_dir: str | None = Field(default=None, description="Relative to the study folder.")
+    reason: str | None = Field(default=None, description="Why it measured nothing.")
+
+
+class Confirmation(BaseModel):
+    """The best and the default configurations re-measured N times each, alternately: the
+    run-to-run band of the gain, which a single trial of each cannot give."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    best_trial: int
+    default_trial: int
+    objective: str = Field(description="The first objective's label.")
+    repeats: int = Field(description="Pairs asked for.")
+    runs: list[ConfirmRun] = Field(default_factory=list)
+    ratios: list[float] = Field(
+        default_factory=list, description="Best / default, one per pair that measured both."
+    )
+    median_ratio: float | None = None
+    min_ratio: float | None = None
+    max_ratio: float | None = None
+    confirmed: bool | None = Field(
+        default=None,
+        description="Every pair's best beat its default (None: no pair measured both).",
+    )
+    text: str = Field(description="One line, for `tune show` and the report.")
+
+
 class StudyResult(BaseModel):
     """The study: its question, its trials, and the best of them."""
 
@@ -142,6 +202,14 @@ class StudyResult(BaseModel):
     default_trial: int | None = Field(default=None, description="The base spec's trial.")
     best_spec_yaml: str | None = None
     best_command: list[str] | None = None
+    best_noise: list[NoiseCheck] = Field(
+        default_factory=list,
+        description="The best trial against the runner-up and the default, within the noise "
+        "of their own requests (one objective only).",
+    )
+    confirmation: Confirmation | None = Field(
+        default=None, description="`tune run --confirm N`: the gain re-measured N times."
+    )
     notes: list[str] = Field(default_factory=list)
 
     def trial(self, number: int) -> TrialRow | None:

@@ -35,6 +35,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from servelab.bench.load import LoadMode
 from servelab.bench.workload import WorkloadSpec, parse_dataset
 from servelab.core.errors import ConfigError
+from servelab.core.redact import (
+    MASK,
+    MIN_SECRET_LEN,
+    document_secrets,
+    is_secret_name,
+    redact_document,
+    register_secret,
+    scrub_values,
+)
 from servelab.core.units import parse_duration_s, parse_slos
 from servelab.engines.base import LAYOUT_NAMES, EngineSpec
 from servelab.engines.spec import load_spec, parse_spec
@@ -133,10 +142,12 @@ class SearchSpace(BaseModel):
 
     name: str
     source: str | None
-    text: str = Field(description="The file as given, kept with the study.")
+    text: str = Field(
+        description="The file as given, kept with the study: its secrets masked (***)."
+    )
     document: dict[str, Any] = Field(
-        description="The file's content with the base spec inlined: what another host's "
-        "worker rebuilds the space from."
+        description="The file's content with the base spec inlined, secrets masked: what "
+        "another host's worker rebuilds the space from (with its own environment's secrets)."
     )
     base: EngineSpec
     gpus: int | None
@@ -209,6 +220,13 @@ def parse_space(
         raise _one_line(exc, source) from None
     base = _base(raw.base, source=source, folder=folder)
     name = raw.study or (default_name if _valid_name(default_name) else "study")
+    for path in raw.space:
+        if is_secret_name(path):
+            raise ConfigError(
+                f"{source}: space: {path} names a secret; a secret is not searched "
+                "(every trial's settings are stored with the study)",
+                hint="set it in base",
+            )
     params = [
         param_from_yaml(path, given, base, source=source) for path, given in raw.space.items()
     ]
@@ -230,11 +248,12 @@ def parse_space(
     )
     if raw.sampler == "grid" and any(p.grid_size() is None for p in params):
         raise ConfigError(f"{source}: sampler grid needs lists or stepped int ranges only")
+    inlined = {**document, "base": base.model_dump(mode="json", exclude_defaults=True)}
     return SearchSpace(
         name=name,
         source=source,
-        text=text,
-        document={**document, "base": base.model_dump(mode="json", exclude_defaults=True)},
+        text=_redacted_text(text, document, inlined),
+        document=redact_document(inlined),
         base=base,
         gpus=raw.gpus,
         params=params,
@@ -250,6 +269,51 @@ def parse_space(
         seed=raw.seed,
         diagnose_seeds=raw.diagnose_seeds,
     )
+
+
+def _redacted_text(text: str, *documents: dict[str, Any]) -> str:
+    """The file's text with the secrets of its documents masked, comments kept; the masked
+    document as YAML where a secret is too short to be replaced safely in the text. Each
+    secret is registered, so the files the study writes later are scrubbed of it too."""
+    import yaml
+
+    secrets = frozenset().union(*(document_secrets(d) for d in documents))
+    for value in secrets:
+        register_secret(value)
+    scrubbed = _mask_in_yaml(text, secrets)
+    if any(len(value) < MIN_SECRET_LEN for value in secrets) or _still_secret(scrubbed):
+        return yaml.safe_dump(redact_document(documents[0]), sort_keys=False)
+    return scrubbed
+
+
+def _mask_in_yaml(text: str, secrets: frozenset[str]) -> str:
+    """Each secret replaced by the mask, quoted where it stood as a whole plain YAML value
+    (a bare `***` would read as an alias), so the text still parses."""
+    import re
+
+    for value in sorted(secrets, key=len, reverse=True):
+        text = re.sub(
+            re.escape(value),
+            lambda m: MASK if _inside_scalar(m.string, m.start()) else f"'{MASK}'",
+            text,
+        )
+    return scrub_values(text, frozenset())
+
+
+def _inside_scalar(text: str, start: int) -> bool:
+    """Whether the text before `start` continues a scalar (a quote, `--flag=`, a word)."""
+    return start > 0 and text[start - 1] not in " \t\n[{,:-"
+
+
+def _still_secret(text: str) -> bool:
+    """Whether a secret survived in the text (written in another form: quoted, escaped)."""
+    import yaml
+
+    try:
+        parsed = yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError, RecursionError):
+        return True
+    return bool({value.strip("'\"") for value in document_secrets(parsed)} - {MASK})
 
 
 def _base(given: dict[str, Any] | str, *, source: str, folder: Path | None) -> EngineSpec:

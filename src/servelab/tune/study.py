@@ -10,6 +10,7 @@ finished ones or its time budget ends, and rewrites study.json after each.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import time
 import warnings
@@ -22,11 +23,22 @@ import optuna
 from pydantic import ValidationError
 
 from servelab.core.errors import ConfigError
+from servelab.core.redact import MASK, register_secret
 from servelab.diagnose import Diagnosis
 from servelab.engines.base import KNOB_NAMES, LAYOUT_NAMES
 from servelab.probe.report import ProbeReport
 from servelab.store import DEFAULT_RUNS_DIR, RunDir
-from servelab.tune.results import STUDY_FILE, LayoutModel, StudyResult, TrialRole, TrialRow
+from servelab.tune.noise import best_noise
+from servelab.tune.results import (
+    CONFIRM_FILE,
+    STUDY_FILE,
+    Confirmation,
+    LayoutModel,
+    NoiseCheck,
+    StudyResult,
+    TrialRole,
+    TrialRow,
+)
 from servelab.tune.space import SearchSpace, parse_space
 from servelab.tune.storage import (
     DEFAULT_HEARTBEAT_S,
@@ -55,6 +67,8 @@ _ATTR_TEXT = "space_text"
 _ATTR_QUESTION = "question"
 _ATTR_SAMPLER = "sampler"
 _ATTR_NOTES = "notes"
+ATTR_CONFIRMATION = "confirmation"
+"""The study's user attribute holding `tune run --confirm`'s Confirmation."""
 _BUDGET_KEYS = frozenset({"trials", "time_budget", "study"})
 _MAX_PROPOSALS = 3
 """A setting proposed again reuses its measurement and does not count against the budget,
@@ -83,6 +97,8 @@ class WorkerConfig:
     telemetry_gpus: list[int] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
     probe: Callable[[], ProbeReport | None] = lambda: None
+    confirm: int = 0
+    """After the study, re-measure the best and the default this many times each."""
 
 
 def default_study_dir(name: str, config: WorkerConfig) -> Path:
@@ -102,7 +118,45 @@ def run_study(
     storage = open_storage(url, heartbeat_s=config.heartbeat_s)
     study = _open(space, storage, create=True)
     RunDir(study_dir).write_text(SPACE_FILE, space.text)
-    return _work(study, space, config, study_dir, url, on_event)
+    ctx = _context(space, config, study_dir, on_event)
+    result = _work(study, space, config, ctx, url)
+    if config.confirm > 0:
+        result = _confirm(study, space, ctx, url, result, config.confirm)
+    return result
+
+
+def _confirm(
+    study: optuna.Study,
+    space: SearchSpace,
+    ctx: TrialContext,
+    url: str,
+    result: StudyResult,
+    repeats: int,
+) -> StudyResult:
+    """--confirm: the pairs re-measured, kept in the storage (so every host's study.json and
+    `tune show --storage` hold them) and in confirm.json, after each pair."""
+    from servelab.tune.confirm import confirm_best
+
+    def keep(confirmation: Confirmation) -> None:
+        document = confirmation.model_dump(mode="json")
+        study.set_user_attr(ATTR_CONFIRMATION, document)
+        RunDir(ctx.study_dir).write_json(CONFIRM_FILE, document)
+
+    done = confirm_best(result, space, ctx, repeats, on_pair=keep)
+    if done is None:
+        ctx.on_event(
+            TrialEvent(
+                -1,
+                "study",
+                {},
+                "confirm",
+                "nothing to confirm: no single best other than the default",
+            )
+        )
+        return result
+    result = study_result(study, space, url, ctx.study_dir)
+    write_outputs(result, ctx.study_dir)
+    return result
 
 
 def join_study(
@@ -121,7 +175,7 @@ def join_study(
     space = _stored_space(name, storage)
     study = _open(space, storage, create=False)
     RunDir(study_dir).write_text(SPACE_FILE, space.text)
-    return _work(study, space, config, study_dir, url, on_event)
+    return _work(study, space, config, _context(space, config, study_dir, on_event), url)
 
 
 def show_study(target: str, storage: str | None = None) -> StudyResult:
@@ -165,6 +219,7 @@ def study_result(
         next((r.number for r in rows if r.role == "default"), None),
     )
     top = next((r for r in rows if best and r.number == best[0]), None)
+    measured = [r for r in rows if r.number not in reused]
     return StudyResult(
         name=study.study_name,
         storage=_storage_text(url, study_dir),
@@ -179,23 +234,57 @@ def study_result(
         default_trial=default,
         best_spec_yaml=top.spec_yaml if top else None,
         best_command=top.command if top else None,
+        best_noise=_best_noise(top, measured, default, space, study_dir),
+        confirmation=_confirmation(study.user_attrs.get(ATTR_CONFIRMATION)),
         notes=list(study.user_attrs.get(_ATTR_NOTES, [])),
     )
 
 
-def _work(
-    study: optuna.Study,
+def _best_noise(
+    top: TrialRow | None,
+    rows: list[TrialRow],
+    default: int | None,
     space: SearchSpace,
-    config: WorkerConfig,
-    study_dir: Path,
-    url: str,
-    on_event: Callable[[Any], None],
-) -> StudyResult:
+    study_dir: Path | None,
+) -> list[NoiseCheck]:
+    """The best against the runner-up and the default, where there is one objective."""
+    if top is None or len(space.objectives) != 1:
+        return []
+    sign = 1 if space.objectives[0].direction == "maximize" else -1
+    rest = [
+        r
+        for r in rows
+        if r.number != top.number and r.state == "complete" and r.feasible and r.values
+    ]
+    runner = max(rest, key=lambda r: (sign * (r.values or [0.0])[0], -r.number), default=None)
+    others: list[tuple[TrialRow, str]] = []
+    if runner is not None:
+        others.append((runner, "runner-up" + (" and default" if runner.number == default else "")))
+    base = next((r for r in rows if r.number == default), None)
+    skip = (top.number, runner.number if runner is not None else None)
+    if base is not None and base.number not in skip and base.state == "complete" and base.values:
+        others.append((base, "default"))
+    return best_noise(top, others, space.objectives[0], study_dir)
+
+
+def _confirmation(given: Any) -> Confirmation | None:
+    if not isinstance(given, dict):
+        return None
+    try:
+        return Confirmation.model_validate(given)
+    except ValidationError:
+        return None
+
+
+def _context(
+    space: SearchSpace, config: WorkerConfig, study_dir: Path, on_event: Callable[[Any], None]
+) -> TrialContext:
+    """What this worker's trials share: the machine's probe (written once), its folders."""
     probe = config.probe()
     probe_path: Path | None = None
     if probe is not None:
         probe_path = RunDir(study_dir).write_probe(probe)
-    ctx = TrialContext(
+    return TrialContext(
         space=space,
         study_dir=study_dir,
         probe=probe,
@@ -205,6 +294,16 @@ def _work(
         command=config.command,
         on_event=on_event,
     )
+
+
+def _work(
+    study: optuna.Study,
+    space: SearchSpace,
+    config: WorkerConfig,
+    ctx: TrialContext,
+    url: str,
+) -> StudyResult:
+    study_dir, on_event = ctx.study_dir, ctx.on_event
     wanted = config.trials or space.trials
     budget = config.time_budget_s if config.time_budget_s is not None else space.time_budget_s
     deadline = time.monotonic() + budget if budget is not None else None
@@ -356,7 +455,38 @@ def _stored_space(name: str, storage: optuna.storages.RDBStorage) -> SearchSpace
     if not isinstance(document, dict):
         raise ConfigError(f"study {name!r} was not made by servelab tune (no space stored)")
     text = str(summary.user_attrs.get(_ATTR_TEXT, ""))
-    return parse_space(document, source=f"study {name}", text=text, default_name=name)
+    space = parse_space(document, source=f"study {name}", text=text, default_name=name)
+    return _with_local_secrets(space)
+
+
+def _with_local_secrets(space: SearchSpace) -> SearchSpace:
+    """The stored space holds no secret (***): a worker takes the base's secret env values
+    from its own environment, and cannot launch with a secret flag it was never given."""
+    env = dict(space.base.env)
+    missing = []
+    for name, value in env.items():
+        if value == MASK:
+            if os.environ.get(name):
+                env[name] = os.environ[name]
+                register_secret(env[name])
+            else:
+                missing.append(name)
+    if missing:
+        raise ConfigError(
+            f"study {space.name!r}'s base sets {', '.join(missing)}, a secret the study does "
+            "not store",
+            hint=f"set {missing[0]} in this worker's environment",
+        )
+    flags = [arg for arg in space.base.extra_args if MASK in arg]
+    if flags or MASK in json.dumps(space.base.options, default=str):
+        raise ConfigError(
+            f"study {space.name!r}'s base passes a secret option, which the study does not "
+            "store; a worker on another host cannot launch it",
+            hint="give the engine its secret through an environment variable instead",
+        )
+    if env == space.base.env:
+        return space
+    return space.model_copy(update={"base": space.base.model_copy(update={"env": env})})
 
 
 def _question(space: SearchSpace) -> str:

@@ -6,13 +6,15 @@ as is kept in its user attributes, which the study document is rebuilt from:
 
 - complete: every objective measured; constraints recorded with `trial.set_constraint`;
 - pruned: a layout the machine or the model rules out (never launched), or a sweep stopped
-  early because its first level was far behind the best trial's;
+  early because the objective, at its own level, was far behind the best feasible trial's
+  (the levels after it were not run);
 - failed: the engine would not start or died (its reason and the log signature that
-  explains it), or an objective's level has no measurement.
+  explains it), or an objective's level has no measurement (every request there failed).
 """
 
 from __future__ import annotations
 
+import math
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +35,7 @@ from servelab.core.errors import (
     EngineLaunchError,
     EngineSetupError,
 )
+from servelab.core.redact import redact_argv, scrub
 from servelab.core.severity import Severity
 from servelab.diagnose import DiagnoseOptions, Diagnosis, diagnose_run
 from servelab.engines.base import EngineSpec
@@ -45,7 +48,15 @@ from servelab.tune.prune import available_gpus, check_fit, layout_model
 from servelab.tune.space import SearchSpace
 from servelab.tune.targets import level_at, read_metric
 
-__all__ = ["TrialContext", "TrialEvent", "TrialFailed", "run_trial", "trial_dir"]
+__all__ = [
+    "TrialContext",
+    "TrialEvent",
+    "TrialFailed",
+    "read_objective",
+    "run_trial",
+    "sweep_spec",
+    "trial_dir",
+]
 
 OUTCOME = "outcome"
 """User attribute every trial that ended on its own carries (a stale one has none)."""
@@ -55,6 +66,11 @@ _KEPT = frozenset({"role", "action"})
 
 class TrialFailed(Exception):
     """The trial's engine would not start or died: a failed trial, never a failed study."""
+
+    def __init__(self, message: str, *, signature: str | None = None) -> None:
+        super().__init__(message)
+        self.signature = signature
+        """The engine log signature that explains it, where one matched."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +147,7 @@ def _measure(trial: optuna.Trial, ctx: TrialContext, params: dict[str, Any]) -> 
     summary = _sweep(trial, ctx, spec, run_path)
     command = (summary.engine or {}).get("command")
     if isinstance(command, list):
-        trial.set_user_attr("command", command)
+        trial.set_user_attr("command", redact_argv([str(arg) for arg in command]))
     if ctx.probe is not None and run_path.is_dir():
         RunDir(run_path).write_probe(ctx.probe)
     levels = {
@@ -158,26 +174,52 @@ def _measure(trial: optuna.Trial, ctx: TrialContext, params: dict[str, Any]) -> 
 def _sweep(
     trial: optuna.Trial, ctx: TrialContext, spec: EngineSpec, run_path: Path
 ) -> BenchSummary:
-    config = _bench_config(trial, ctx, run_path)
+    name = f"{ctx.space.name}-trial-{trial.number:03d}"
+    try:
+        return sweep_spec(ctx, spec, run_path, name=name, stop_early=_early_stop(trial, ctx))
+    except TrialFailed as exc:
+        if exc.signature is not None:
+            trial.set_user_attr("signature", exc.signature)
+        raise
+
+
+def sweep_spec(
+    ctx: TrialContext,
+    spec: EngineSpec,
+    run_path: Path,
+    *,
+    name: str,
+    stop_early: Callable[[Sequence[LevelSummary]], SweepStop | None] | None = None,
+) -> BenchSummary:
+    """Launch `spec` and run the study's load on it into `run_path`, as every trial does;
+    an engine that does not start or dies is TrialFailed (with its log signature)."""
+    config = _bench_config(ctx, run_path, name=name, stop_early=stop_early)
     try:
         outcome = bench_engine(spec, config, on_event=ctx.on_event)
     except EngineLaunchError as exc:
         event = _signature(run_path, spec.engine)
-        if event is not None:
-            trial.set_user_attr("signature", event.signature)
         detail = f" ({event.signature}: {event.text.strip()})" if event is not None else ""
-        raise TrialFailed(f"the engine did not start: {exc}{detail}") from None
+        raise TrialFailed(
+            f"the engine did not start: {exc}{detail}",
+            signature=event.signature if event is not None else None,
+        ) from None
     except EngineDied as exc:
         event = _signature(run_path, spec.engine)
-        if event is not None:
-            trial.set_user_attr("signature", event.signature)
-        raise TrialFailed(f"the engine died: {exc}") from None
+        raise TrialFailed(
+            f"the engine died: {exc}", signature=event.signature if event is not None else None
+        ) from None
     except (EngineSetupError, EndpointError) as exc:
         raise TrialFailed(str(exc)) from None
     return outcome.summary
 
 
-def _bench_config(trial: optuna.Trial, ctx: TrialContext, run_path: Path) -> BenchConfig:
+def _bench_config(
+    ctx: TrialContext,
+    run_path: Path,
+    *,
+    name: str,
+    stop_early: Callable[[Sequence[LevelSummary]], SweepStop | None] | None,
+) -> BenchConfig:
     space = ctx.space
     load = space.load
     return BenchConfig(
@@ -190,59 +232,74 @@ def _bench_config(trial: optuna.Trial, ctx: TrialContext, run_path: Path) -> Ben
         stream=load.stream,
         workload=space.workload,
         slo_ms=space.slo_ms,
-        name=f"{space.name}-trial-{trial.number:03d}",
+        name=name,
         out=run_path,
         runs_root=ctx.runs_root,
         command=ctx.command or [],
         gpus=list(ctx.telemetry_gpus or []),
-        stop_early=_early_stop(trial, ctx),
+        stop_early=stop_early,
     )
 
 
 def _early_stop(
     trial: optuna.Trial, ctx: TrialContext
 ) -> Callable[[Sequence[LevelSummary]], SweepStop | None] | None:
-    """After the first level: stop when it reaches less than `early_stop` of the best
-    finished trial's first level (in the first objective's metric)."""
+    """After each level: end the sweep where every request of the level failed (the trial
+    then fails: it measured nothing there), or where the objective's own level is measured
+    and reaches less than `early_stop` of the best feasible trial's objective, so the levels
+    after it are not run (pruned). Like with like: the same metric at the same level as the
+    objective, never a first level standing in for the highest. Two objectives have no single
+    bar (one trial may lose on the first and win on the second): no early stop then."""
     space = ctx.space
+    levels = space.load.levels
+    if space.early_stop <= 0 or len(levels) < 2:
+        return None
     objective = space.objectives[0]
-    first = space.load.levels[0]
-    if space.early_stop <= 0 or len(space.load.levels) < 2:
-        return None
-    best = _best_at(trial.study, f"{first:g}", maximize=objective.direction == "maximize")
-    if best is None:
-        return None
+    at = objective.at if objective.at is not None else max(levels)
+    maximize = objective.direction == "maximize"
+    has_later = any(math.isclose(v, at) for v in levels[:-1])
+    bar = (
+        _best_feasible(trial.study, maximize=maximize)
+        if len(space.objectives) == 1 and has_later
+        else None
+    )
 
-    def stop(levels: Sequence[LevelSummary]) -> SweepStop | None:
-        if len(levels) != 1:
+    def stop(done: Sequence[LevelSummary]) -> SweepStop | None:
+        last = done[-1]
+        if not last.completed and (last.failed or 0) > 0:
+            return SweepStop(
+                reason="errors",
+                level=last.level,
+                explanation=f"every request failed at level {last.level} ({last.failed} failed)",
+            )
+        if bar is None or level_at([last], at) is None:
             return None
-        level = level_at(levels, first)
-        value = getattr(level, objective.metric, None) if level is not None else None
-        if not isinstance(value, int | float):
+        value = getattr(last, objective.metric, None)
+        if not isinstance(value, int | float) or not math.isfinite(value):
             return None
-        behind = (
-            value < space.early_stop * best
-            if objective.direction == "maximize"
-            else value * space.early_stop > best
-        )
+        behind = value < space.early_stop * bar if maximize else value * space.early_stop > bar
         if not behind:
             return None
+        side = "under" if maximize else "over"
+        share = space.early_stop if maximize else 1 / space.early_stop
         return SweepStop(
             reason="behind",
-            level=0,
-            explanation=f"stopped early: {objective.metric} at {first:g} is {value:,.4g}, "
-            f"under {space.early_stop:.0%} of the best trial's {best:,.4g}",
+            level=last.level,
+            explanation=f"stopped early: {objective.metric} at {at:g} is {value:,.4g}, "
+            f"{side} {share:.0%} of the best feasible trial's {bar:,.4g}",
         )
 
     return stop
 
 
-def _best_at(study: optuna.Study, level: str, *, maximize: bool) -> float | None:
+def _best_feasible(study: optuna.Study, *, maximize: bool) -> float | None:
+    """The best first objective among complete trials that met every constraint."""
     seen = [
-        t.user_attrs["levels"][level]
+        float(t.values[0])
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if isinstance(t.user_attrs.get("levels"), dict)
-        and isinstance(t.user_attrs["levels"].get(level), int | float)
+        if t.values
+        and math.isfinite(t.values[0])
+        and all(v <= 0 for v in (t.constraints or {}).values())
     ]
     if not seen:
         return None
@@ -253,6 +310,15 @@ def _metrics(summary: BenchSummary, space: SearchSpace) -> dict[str, float | Non
     wanted = [(o.metric, o.at) for o in space.objectives]
     wanted += [(c.metric, c.at) for c in space.constraints]
     return {_key(metric, at): read_metric(summary, metric, at) for metric, at in wanted}
+
+
+def read_objective(summary: BenchSummary, space: SearchSpace) -> tuple[float | None, str | None]:
+    """The first objective's value in a sweep, or None and why nothing was measured."""
+    objective = space.objectives[0]
+    value = read_metric(summary, objective.metric, objective.at)
+    if value is None:
+        return None, f"nothing measured for {objective.label}: {_why_missing(summary)}"
+    return value, None
 
 
 def _key(metric: str, at: float | None) -> str:
@@ -368,6 +434,7 @@ def _end(
     trial.set_user_attr(OUTCOME, outcome)
     trial.set_user_attr("duration_s", round(time.monotonic() - started, 3))
     if reason:
+        reason = scrub(reason)  # an engine's error may quote its command line or a token
         trial.set_user_attr("reason", reason)
     ctx.on_event(TrialEvent(trial.number, str(trial.user_attrs.get("role")), {}, outcome, reason))
 

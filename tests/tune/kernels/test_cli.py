@@ -119,3 +119,14 @@ def test_run_without_the_engine_installed(tmp_path):
     assert result.exit_code == 5, result.output
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: vllm is not installed here (vllm is not importable)")
+
+
+def test_the_ab_runs_get_enough_requests_for_a_noise_band():
+    """Four requests per stream (the bench's default) is four blocks: no band, never kept."""
+    from servelab.cli.tune_kernels import _ab_requests
+    from servelab.core.errors import ConfigError
+
+    assert _ab_requests(None, [8, 16]) == 128
+    assert _ab_requests(80, [16]) == 80
+    with pytest.raises(ConfigError, match="4 blocks of requests: too few for a noise band"):
+        _ab_requests(64, [16])

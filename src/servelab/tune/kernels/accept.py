@@ -5,13 +5,14 @@ the staged config (`KernelPlan.with_config`); both run the same sweep. At every 
 runs share, B's total throughput over A's is compared with the noise band of
 `servelab.bench.noise` (a block bootstrap over each run's own requests, widened by its
 drift): the config is kept only when, at every shared load, the band's low end is above
-1 and the gain is at least MIN_GAIN. A config the band cannot tell from noise is not
+1 and the gain is at least MIN_GAIN. A load with too few blocks of requests for a band
+(bench.noise.MIN_BLOCKS: e.g. no more requests than its concurrency) is "no band", and
+the config is not kept on it. A config the band cannot tell from noise is not
 kept: it would be a change to the deployment that nobody measured.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -166,8 +167,8 @@ def _verdict(
     if va <= 0 or vb <= 0 or sample_a is None or sample_b is None:
         return verdict(False, "no completed requests to compare")
     band = ratio_band(sample_a, sample_b, rate_statistic(COMPARED_METRIC))
-    if math.isnan(band.lo):  # no resample was finite
-        return verdict(False, "too few requests for a noise band")
+    if not band.drawn:  # one block, a few, or no finite resample: no band, never a narrow one
+        return verdict(False, band.why_none or "no band: too few requests")
     gain = f"{100 * (ratio - 1):+.1f}%, band {band.lo:.3f}-{band.hi:.3f}"
     if band.lo <= 1:
         return verdict(False, f"{gain}: not beyond the noise band", band.lo, band.hi)
