@@ -298,3 +298,28 @@ def test_the_cli_compares_into_a_folder_beside_the_first_run(embedded_runs):
     )
     assert twice.returncode == 2 and twice.stderr.strip().count("\n") == 0
     assert "given twice" in twice.stderr
+
+
+def test_a_level_of_four_blocks_has_no_band_and_does_not_widen_the_others():
+    """16 requests at concurrency 4 are four blocks: 'no band' with that reason, and the
+    family counts only the bands it can draw (here: the one-stream level's)."""
+
+    def run(name: str, seed: int) -> ReportRun:
+        levels = [
+            level_summary(1, 100.0, index=0),
+            level_summary(4, 400.0, index=1),
+        ]
+        records = [
+            *_records(0, 40, ttft_ms=50, itl_ms=20, seed=seed),
+            *_records(1, 16, ttft_ms=50, itl_ms=20, seed=seed + 10),
+        ]
+        return ReportRun(path=Path(name), summary=bench_summary(levels), records=records)
+
+    deltas = compare_runs(run("a", 1), run("b", 2))
+    four = [d for d in deltas if d.load == "concurrency 4"]
+    assert four and all(d.band is None for d in four)
+    whys = {d.why_no_band for d in four}
+    assert "no band: only 4 blocks of 4 requests" in whys
+    assert whys <= {"no band: only 4 blocks of 4 requests", "16 requests, under the 100 it needs"}
+    one = [d for d in deltas if d.load == "concurrency 1" and d.band is not None]
+    assert one and {d.family for d in one} == {len(one)}

@@ -720,3 +720,26 @@ def test_the_trials_table_fits_the_page(tmp_path: Path):
     assert box.right_px <= main.right_px <= layout.viewport_width_px, (box, main)
     assert scroll.scroll_width_px <= scroll.width_px + 1, scroll
     assert layout.document_width_px <= layout.viewport_width_px
+
+
+def test_the_answer_says_when_the_best_is_within_noise_and_what_confirm_measured(
+    tmp_path: Path,
+):
+    from servelab.report.sections.tuning import _answer
+    from servelab.tune.results import Confirmation, NoiseCheck
+
+    study = one_objective_study(tmp_path)
+    checks = [
+        NoiseCheck(trial=4, role="runner-up", ratio=1.02, band_lo=0.97, band_hi=1.07,
+                   within_noise=True, text="+2.0% over trial 4 (runner-up): within noise"),
+    ]  # fmt: skip
+    confirmed = Confirmation(best_trial=1, default_trial=0, objective="total tok/s", repeats=2,
+                             ratios=[1.8, 1.9], median_ratio=1.85, min_ratio=1.8, max_ratio=1.9,
+                             confirmed=True, text="confirmed over 2 pairs: 1.85x")  # fmt: skip
+    blocks = _answer(study.model_copy(update={"best_noise": checks, "confirmation": confirmed}))
+    bullets = [b for b in blocks if type(b).__name__ == "Bullets"]
+    texts = [item[1] for b in bullets for item in b.items]
+    assert any("within noise" in t for t in texts)
+    assert any(t.startswith("Confirmed over 2 pairs: 1.85x") for t in texts)
+    assert not [b for b in _answer(study) if type(b).__name__ == "Bullets" and b.items
+                and "within noise" in b.items[0][1]]  # fmt: skip

@@ -24,6 +24,7 @@ from servelab.bench.endpoint import (
 from servelab.bench.events import BenchEvent, LevelFinished, LevelStarted, Notice
 from servelab.bench.load import LevelSpec, LoadMode
 from servelab.bench.metrics import compute_level
+from servelab.bench.noise import MIN_BLOCKS
 from servelab.bench.preflight import Preflight, run_preflight
 from servelab.bench.profile import ProfilePlan, ProfileWindow
 from servelab.bench.profile_summary import PROFILE_FILE, TRACE_SUMMARY_FILE, summarize_profile
@@ -49,7 +50,9 @@ __all__ = ["DEFAULT_WARMUP", "BenchConfig", "BenchOutcome", "default_num_request
 
 DEFAULT_WARMUP = 1
 _MIN_REQUESTS = 16
-_REQUESTS_PER_STREAM = 4
+_REQUESTS_PER_STREAM = MIN_BLOCKS
+"""A closed-loop level of N streams sends MIN_BLOCKS x N requests by default: the fewest
+whose noise band (blocks of N requests, bench.noise) can be drawn."""
 _OPEN_LOOP_SECONDS = 30
 _MIN_POOL = 256
 _MAX_POOL = 8192
@@ -105,7 +108,8 @@ class BenchOutcome:
 
 
 def default_num_requests(level: LevelSpec) -> int:
-    """Four requests per stream (closed loop) or 30 s of arrivals (open loop), at least 16."""
+    """Five requests per stream (closed loop: the noise band's five blocks) or 30 s of
+    arrivals (open loop), at least 16."""
     if level.mode is LoadMode.CONCURRENCY:
         return max(_MIN_REQUESTS, _REQUESTS_PER_STREAM * int(level.value))
     return max(_MIN_REQUESTS, math.ceil(_OPEN_LOOP_SECONDS * level.value))

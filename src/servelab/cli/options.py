@@ -49,7 +49,10 @@ EngineSpecPath = Annotated[
 ]
 NumRequests = Annotated[
     int | None,
-    typer.Option(help="Requests per level. Default: 4 per stream (min 16), or 30 s of arrivals."),
+    typer.Option(
+        help="Requests per level. Default: 5 per stream (min 16; the fewest a noise band "
+        "needs), or 30 s of arrivals."
+    ),
 ]
 Duration = Annotated[
     str | None,

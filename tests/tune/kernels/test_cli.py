@@ -122,7 +122,7 @@ def test_run_without_the_engine_installed(tmp_path):
 
 
 def test_the_ab_runs_get_enough_requests_for_a_noise_band():
-    """Four requests per stream (the bench's default) is four blocks: no band, never kept."""
+    """Four requests per stream are four blocks: no band, never kept; the A/B asks for eight."""
     from servelab.cli.tune_kernels import _ab_requests
     from servelab.core.errors import ConfigError
 

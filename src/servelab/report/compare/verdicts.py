@@ -18,7 +18,14 @@ from typing import Literal
 
 import numpy as np
 
-from servelab.bench.noise import Band, LevelSample, level_sample, rate_statistic, ratio_band
+from servelab.bench.noise import (
+    Band,
+    LevelSample,
+    level_sample,
+    no_band_reason,
+    rate_statistic,
+    ratio_band,
+)
 from servelab.bench.results import LevelSummary
 from servelab.report.inputs import ReportRun
 from servelab.report.sections._common import load_text
@@ -196,19 +203,27 @@ class _Pair:
 
     @property
     def banded(self) -> bool:
-        """A band will be drawn: both runs have records, enough of them for the metric."""
-        return self.fewest is not None and self.fewest >= self.metric.min_requests
+        """A band will be drawn: both runs have records, enough of them for the metric, in
+        enough blocks (a band that cannot be drawn does not widen the others)."""
+        if self.a is None or self.b is None or self.fewest is None:
+            return False
+        return self.fewest >= self.metric.min_requests and no_band_reason(self.a, self.b) is None
 
     def delta(self, *, family: int) -> MetricDelta:
         """The change and its verdict, the band one of a family of `family`."""
         band, why = None, self.why
         if self.a is not None and self.b is not None and self.fewest is not None:
-            if not self.banded:
+            blocks = no_band_reason(self.a, self.b)
+            if self.fewest < self.metric.min_requests:
                 why = f"{self.fewest} requests, under the {self.metric.min_requests} it needs"
+            elif blocks is not None:
+                why = blocks
             else:
-                band = ratio_band(self.a, self.b, self.metric.statistic, comparisons=family)
-                if not np.isfinite(band.lo):
-                    band, why = None, "too few requests with that statistic"
+                drawn = ratio_band(self.a, self.b, self.metric.statistic, comparisons=family)
+                if np.isfinite(drawn.lo):
+                    band = drawn
+                else:
+                    why = drawn.why_none or "too few requests with that statistic"
         return MetricDelta(
             metric=self.metric,
             load=load_text(self.level),

@@ -153,6 +153,7 @@ def _answer(study: StudyResult) -> list[Block]:
         trial = best[0]
         text = f"Best: trial {trial.number} ({trial.role}): {_gain(study, trial)}"
         blocks.append(Paragraph(sentence(text), "good"))
+        blocks += _noise(study)
     else:
         numbers = ", ".join(str(t.number) for t in best)
         blocks.append(
@@ -179,6 +180,21 @@ def _answer(study: StudyResult) -> list[Block]:
     if command:
         blocks += [Paragraph("Its launch command, exactly:"), Code(shlex.join(command), "console")]
     return blocks
+
+
+def _noise(study: StudyResult) -> list[Block]:
+    """Whether the best is better than the runner-up and the default, or only luckier: each
+    check in its noise band, and the gain re-measured when `--confirm` ran."""
+    lines: list[tuple[Tone, str, list[str]]] = [
+        ("warn" if check.within_noise else "plain", sentence(check.text), [])
+        for check in study.best_noise
+    ]
+    if study.confirmation is not None:
+        tone: Tone = "good" if study.confirmation.confirmed else "warn"
+        lines.append((tone, sentence(study.confirmation.text), []))
+    if not lines:
+        return []
+    return [Paragraph("Is the best better, or luckier?"), Bullets(lines)]
 
 
 def _gain(study: StudyResult, best: TrialRow) -> str:
