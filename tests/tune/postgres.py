@@ -39,7 +39,12 @@ import pytest
 from psycopg import sql
 
 from servelab.core.net import LOCALHOST, free_port
-from servelab.core.processes import describe_exit, request_parent_death_signal, signal_group
+from servelab.core.processes import (
+    all_proc_stats,
+    describe_exit,
+    request_parent_death_signal,
+    signal_group,
+)
 
 __all__ = [
     "DEFAULT_START_TIMEOUT_S",
@@ -402,16 +407,7 @@ def _wait_ready(cluster: PostgresCluster, deadline: float, timeout_s: float) -> 
 
 def child_pids(pid: int) -> list[int]:
     """The processes whose parent is `pid`, from /proc (empty where there is no /proc)."""
-    children = []
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            # The fields after the command name, which may hold spaces and parentheses.
-            fields = entry.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if fields and int(fields[1]) == pid:
-            children.append(int(entry.parent.name))
-    return children
+    return [proc.pid for proc in all_proc_stats() if proc.ppid == pid]
 
 
 def _kill(process: subprocess.Popen[bytes], *, grace_s: float = DEFAULT_STOP_TIMEOUT_S) -> None:

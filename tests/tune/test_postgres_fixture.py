@@ -11,6 +11,7 @@ import psycopg
 import pytest
 import sqlalchemy
 
+from servelab.core.processes import proc_stat
 from tests.tune import postgres
 from tests.tune.postgres import (
     PostgresCluster,
@@ -113,8 +114,5 @@ def _assert_gone(cluster: PostgresCluster, processes: list[int]) -> None:
 
 def _running(pid: int) -> bool:
     """Whether `pid` is a process that has not exited (a zombie has)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
+    stat = proc_stat(pid)
+    return stat is not None and stat.state != "Z"

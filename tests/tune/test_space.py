@@ -217,6 +217,13 @@ def test_layouts_that_cannot_run_are_pruned_with_the_reason():
     assert fits.ok and fits.deployment is not None
     unknown = check_fit(EngineSpec(engine="vllm", model="/no/such/model", tp=2), None, None)
     assert unknown.ok and unknown.deployment is None
+    # SGLang's DP attention runs its dp ranks inside the tp group: 8 GPUs, not 64
+    dp_attention = EngineSpec(
+        engine="sglang", model="/no/such/model", tp=8, dp=8, extra_args=["--enable-dp-attention"]
+    )
+    assert check_fit(dp_attention, None, 8).ok
+    plain_dp = dp_attention.model_copy(update={"extra_args": []})
+    assert check_fit(plain_dp, None, 8).reason == "tp=8,dp=8 needs 64 GPUs; 8 available"
 
 
 def test_the_model_account_weighs_all_reduces_prefill_and_the_kv_cache():

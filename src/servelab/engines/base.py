@@ -163,6 +163,13 @@ class EngineSpec(BaseModel):
         """The parallel sizes, by name."""
         return {name: getattr(self, name) for name in LAYOUT_NAMES}
 
+    @property
+    def gpus_needed(self) -> int:
+        """tp x pp x dp; SGLang's DP attention runs its dp ranks inside the tp group."""
+        if self.engine == "sglang" and "--enable-dp-attention" in self.extra_args:
+            return self.tp * self.pp
+        return self.tp * self.pp * self.dp
+
 
 @runtime_checkable
 class EngineAdapter(Protocol):

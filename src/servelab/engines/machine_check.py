@@ -87,7 +87,7 @@ def machine_verdicts(
     visible, absent = _visible(env.get("CUDA_VISIBLE_DEVICES"), machine)
     if absent:
         verdicts.append(_absent_devices(env["CUDA_VISIBLE_DEVICES"], absent, machine, where))
-    needed = _gpus_needed(spec)
+    needed = spec.gpus_needed
     if needed > len(visible):
         verdicts.append(_too_few(spec, needed, len(visible), env, machine))
     used = visible[:needed]
@@ -198,13 +198,6 @@ def _match_device(entry: str, machine: _Machine) -> int | None:
         return machine.gpus[position].index if 0 <= position < len(machine.gpus) else None
     found = [g.index for g in machine.gpus if g.uuid and g.uuid.startswith(entry)]
     return found[0] if len(found) == 1 else None
-
-
-def _gpus_needed(spec: EngineSpec) -> int:
-    """tp x pp x dp; SGLang's DP attention runs its dp ranks inside the tp group."""
-    if spec.engine == "sglang" and "--enable-dp-attention" in spec.extra_args:
-        return spec.tp * spec.pp
-    return spec.tp * spec.pp * spec.dp
 
 
 # --- the rules --------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def available_gpus(spec: EngineSpec, probe: ProbeReport | None, given: int | Non
 def check_fit(spec: EngineSpec, probe: ProbeReport | None, gpus: int | None) -> Fit:
     """The layout against the GPU count, then against the model (heads that divide, weights
     that leave room for a KV cache) where the model knows the deployment."""
-    needed = spec.tp * spec.pp * spec.dp
+    needed = spec.gpus_needed
     label = layout_label(layout_of(spec))
     if gpus is not None and needed > gpus:
         return Fit(False, f"{label} needs {needed} GPUs; {gpus} available")

@@ -47,6 +47,7 @@ from servelab.core.redact import (
 from servelab.core.units import parse_duration_s, parse_slos
 from servelab.engines.base import LAYOUT_NAMES, EngineSpec
 from servelab.engines.spec import load_spec, parse_spec
+from servelab.tune.load import LoadPlan
 from servelab.tune.params import Param, param_from_yaml
 from servelab.tune.results import ObjectiveSpec
 from servelab.tune.targets import Constraint, parse_constraint, parse_objective
@@ -108,31 +109,6 @@ class _SpaceFile(BaseModel):
         if name is not None and not _valid_name(name):
             raise ValueError("a study name is letters, digits, '.', '_' and '-'")
         return name
-
-
-class LoadPlan(BaseModel):
-    """The load every trial runs: closed or open loop levels, each bounded."""
-
-    model_config = ConfigDict(frozen=True)
-
-    mode: LoadMode
-    levels: list[float]
-    duration_s: float | None
-    num_requests: int | None
-    warmup: int
-    stream: bool = True
-
-    def text(self) -> str:
-        what = "concurrency" if self.mode is LoadMode.CONCURRENCY else "request rate"
-        levels = ", ".join(f"{v:g}" for v in self.levels)
-        bound = (
-            f"{self.duration_s:g} s per level"
-            if self.duration_s is not None
-            else f"{self.num_requests} requests per level"
-            if self.num_requests is not None
-            else "the default requests per level"
-        )
-        return f"{what} {levels}; {bound}"
 
 
 class SearchSpace(BaseModel):

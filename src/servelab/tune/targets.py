@@ -24,7 +24,7 @@ from servelab.core.errors import ConfigError
 from servelab.tune.results import ObjectiveSpec
 
 if TYPE_CHECKING:
-    from servelab.tune.space import LoadPlan
+    from servelab.tune.load import LoadPlan
 
 __all__ = [
     "ERROR_RATE",
