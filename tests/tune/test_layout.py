@@ -170,15 +170,21 @@ def test_each_trial_carries_the_calibrated_models_account(layout_study: LayoutSt
         assert model["allreduce_bytes"] == batch * hidden * 2  # bf16 activations
         assert (model["pp_bubble_fraction"] > 0) == (model["pp"] > 1)
         assert model["reason"] and model["step_ms"] > model["allreduce_ms"] > 0
-        sizes = {"tp": model["tp"], "pp": model["pp"]}
+        # By hand, from the probe fixture (the module docstring): every all-reduce on the
+        # path is a host-staged ring, 42.14 us + bytes x 2(tp-1)/tp / 19.6 GB/s, of one
+        # micro-batch's activations (batch / pp tokens x hidden x 2 bytes), and the last
+        # stage all-gathers the batch's fp32 logits (GLM-5's 154,880-token vocabulary),
+        # 42.14 us + bytes x (tp-1)/tp / 19.6 GB/s.
+        tp, pp = model["tp"], model["pp"]
+        micro_bytes = batch / pp * hidden * 2
+        one_s = 42.14e-6 + micro_bytes * 2 * (tp - 1) / tp / 19.6e9
+        logits_s = 42.14e-6 + batch * 154_880 * 4 * (tp - 1) / tp / 19.6e9
+        by_hand_ms = (model["allreduces"] * one_s + logits_s) * 1e3
+        assert model["allreduce_ms"] == pytest.approx(by_hand_ms, rel=0.03)
+        # and not what the datasheet's PCIe link would give: the calibration was used
         common = {"gpu": options["gpu"], "gpus": options["gpus"], "weights": options["weights"]}
-        calibrated = deploy(
-            options["model"], **common, **sizes, calibration=REPO / options["calibrate"]
-        )
-        datasheet = deploy(options["model"], **common, **sizes)
-        expected_ms = decode_step(calibrated, batch, context).allreduce_s * 1e3
+        datasheet = deploy(options["model"], **common, tp=tp, pp=pp)
         datasheet_ms = decode_step(datasheet, batch, context).allreduce_s * 1e3
-        assert model["allreduce_ms"] == pytest.approx(expected_ms, rel=1e-9)
         assert model["allreduce_ms"] != pytest.approx(datasheet_ms, rel=0.05)
 
 
