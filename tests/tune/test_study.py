@@ -154,3 +154,15 @@ def test_an_engine_that_will_not_start_is_a_failed_trial_with_its_log_signature(
     assert "the engine did not start" in failed["reason"]
     assert "Unsupported attention implementation: 'paged|eager'" in failed["reason"]
     assert ": failed: the engine did not start" in done.stderr
+
+
+def test_a_model_account_of_an_earlier_shape_does_not_break_study_json():
+    """A study.json written before a field of the model's account existed still reads:
+    that trial's account is left out, its measurements stand."""
+    from servelab.tune.results import TrialRow
+
+    old = {"tp": 8, "pp": 1, "batch": 64, "step_ms": 31.0}  # no kv_max_requests, ...
+    row = TrialRow.model_validate(
+        {"number": 0, "state": "complete", "role": "default", "params": {}, "model": old}
+    )
+    assert row.model is None and row.state == "complete"

@@ -7,9 +7,9 @@ tuning section, the plot and `servelab tune show` all read this one document.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 __all__ = [
     "CONFIRM_FILE",
@@ -123,6 +123,18 @@ class TrialRow(BaseModel):
     spec_yaml: str | None = Field(default=None, description="The launched spec (secrets hidden).")
     command: list[str] | None = Field(default=None, description="The engine's launch command.")
     model: LayoutModel | None = None
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _older_account(cls, given: Any) -> Any:
+        """A model account an earlier servelab recorded in another shape is left out, not a
+        study.json that no longer reads (the measurements stand without it)."""
+        if given is None or isinstance(given, LayoutModel):
+            return given
+        try:
+            return LayoutModel.model_validate(given)
+        except ValidationError:
+            return None
 
 
 class NoiseCheck(BaseModel):
