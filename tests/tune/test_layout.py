@@ -189,8 +189,12 @@ def test_each_trial_carries_the_calibrated_models_account(layout_study: LayoutSt
 
 
 def test_the_measured_winner_is_the_models(layout_study: LayoutStudy) -> None:
-    """The simulator is the model: its measured best layout must be the one the model's
-    account predicts the most tokens/s for, or measure within the report's no-winner band
+    """The tuner's closed-form account of a layout (one cycle of prefills and decode steps,
+    the batch capped by the cache) against the simulator's step-by-step schedule of the same
+    step costs: two computations, so this checks the account's arithmetic (it failed before
+    the account counted prefill cycles), never the model against a real engine. The
+    simulator's measured best layout must be the one the account predicts the most tokens/s
+    for, or measure within the report's no-winner band
     (MIN_EFFECT) of it, and the report then says neither layout wins. The band is needed:
     a pipelined layout's first steps cost half or a quarter as much once pp requests are
     decoding beside a prefill chunk, so where the requests' arrivals fall moves its
