@@ -237,7 +237,8 @@ def test_a_hung_chromium_is_killed_at_the_timeout(tmp_path: Path):
 
 
 @pytest.mark.parametrize(
-    ("ci", "outcome"), [("TRUE", pytest.fail.Exception), ("", pytest.skip.Exception)]
+    ("ci", "outcome"),
+    [("TRUE", pytest.fail.Exception), ("1", pytest.fail.Exception), ("", pytest.skip.Exception)],
 )
 def test_missing_chromium_skips_or_fails_in_ci(
     monkeypatch: pytest.MonkeyPatch, ci: str, outcome: type[BaseException]

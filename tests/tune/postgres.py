@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 from psycopg import sql
 
 from servelab.core.net import LOCALHOST, free_port
@@ -45,6 +44,7 @@ from servelab.core.processes import (
     request_parent_death_signal,
     signal_group,
 )
+from tests.ci import missing
 
 __all__ = [
     "DEFAULT_START_TIMEOUT_S",
@@ -174,9 +174,7 @@ def require_postgres() -> Path:
         why = f"running as root and no {SUPERUSER!r} user to run initdb as ({INSTALL_HINT})"
     else:
         return bindir
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true and {why}", pytrace=False)
-    pytest.skip(why)
+    missing(why)
 
 
 def start_cluster(bindir: Path, *, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> PostgresCluster:
