@@ -150,12 +150,16 @@ def _log_trace(*lines: tuple[int, str]) -> EngineTrace:
 
 def test_the_log_fills_a_level_that_has_no_metrics():
     log = _log_trace(
-        (1, VLLM_CPU_LINE), (2, VLLM_KV_FULL_LINE), (3, VLLM_KV_FULL_LINE), (9, VLLM_CPU_LINE)
+        (1, VLLM_CPU_LINE),
+        (2, VLLM_KV_FULL_LINE),
+        (3, VLLM_KV_FULL_LINE),
+        (4, VLLM_KV_FULL_LINE),
+        (9, VLLM_CPU_LINE),
     )
     no_metrics = EngineTrace(url="http://127.0.0.1:1/metrics", reason="HTTP 404 from it")
     engine = summarize_level(GpuTrace(), no_metrics, 2 * NS_PER_S, 4 * NS_PER_S, log=log).engine
     assert (engine.available, engine.engine, engine.reason) == (True, "vllm", "HTTP 404 from it")
-    assert (engine.samples, engine.log_samples) == (0, 2)
+    assert (engine.samples, engine.log_samples) == (0, 3)  # three lines: enough (two are not)
     assert (engine.running_mean, engine.running_max, engine.queued_mean) == (5, 5, 11)
     assert engine.kv_usage_max == pytest.approx(0.909)
     assert engine.gen_throughput_mean == pytest.approx(380.5)
@@ -168,14 +172,15 @@ def test_metrics_win_and_the_log_fills_only_what_they_lack():
     metrics = EngineTrace(
         url="http://127.0.0.1:1/metrics",
         samples=[
-            EngineSample(t * NS_PER_S, "vllm", 7.0, 1.0, None, None, None, None) for t in (2, 3)
+            EngineSample(t * NS_PER_S, "vllm", 7.0, 1.0, None, None, None, None)
+            for t in (2, 3, 4)
         ],
     )
-    log = _log_trace((2, VLLM_KV_FULL_LINE), (3, VLLM_CPU_LINE))
-    engine = summarize_level(GpuTrace(), metrics, 2 * NS_PER_S, 3 * NS_PER_S, log=log).engine
+    log = _log_trace((2, VLLM_KV_FULL_LINE), (3, VLLM_CPU_LINE), (4, VLLM_KV_FULL_LINE))
+    engine = summarize_level(GpuTrace(), metrics, 2 * NS_PER_S, 4 * NS_PER_S, log=log).engine
     assert (engine.running_mean, engine.queued_mean) == (7, 1)
-    assert engine.kv_usage_mean == pytest.approx(0.909 / 2)
-    assert engine.gen_throughput_mean == pytest.approx((380.5 + 32.0) / 2)
+    assert engine.kv_usage_mean == pytest.approx(0.909 * 2 / 3)
+    assert engine.gen_throughput_mean == pytest.approx((380.5 * 2 + 32.0) / 3)
     assert engine.sources == {
         "running": "metrics",
         "queued": "metrics",
