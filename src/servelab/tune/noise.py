@@ -43,7 +43,11 @@ def best_noise(
         reason = why_best or why
         if statistic is None:
             reason = f"no band: {objective.metric} has no per-request resample"
-        if reason is not None or best_sample is None or sample is None or statistic is None:
+        band = None
+        if reason is None and best_sample is not None and sample is not None and statistic:
+            band = ratio_band(sample, best_sample, statistic, comparisons=len(others))
+            reason = None if band.drawn else band.why_none
+        if band is None or not band.drawn:
             checks.append(
                 NoiseCheck(
                     trial=other.number,
@@ -51,18 +55,6 @@ def best_noise(
                     ratio=ratio,
                     within_noise=None,
                     text=f"{head}: best is {change}; {reason or 'no band'}",
-                )
-            )
-            continue
-        band = ratio_band(sample, best_sample, statistic, comparisons=len(others))
-        if not band.drawn:
-            checks.append(
-                NoiseCheck(
-                    trial=other.number,
-                    role=role,
-                    ratio=ratio,
-                    within_noise=None,
-                    text=f"{head}: best is {change}; {band.why_none or 'no band'}",
                 )
             )
             continue
