@@ -172,8 +172,7 @@ def test_metrics_win_and_the_log_fills_only_what_they_lack():
     metrics = EngineTrace(
         url="http://127.0.0.1:1/metrics",
         samples=[
-            EngineSample(t * NS_PER_S, "vllm", 7.0, 1.0, None, None, None, None)
-            for t in (2, 3, 4)
+            EngineSample(t * NS_PER_S, "vllm", 7.0, 1.0, None, None, None, None) for t in (2, 3, 4)
         ],
     )
     log = _log_trace((2, VLLM_KV_FULL_LINE), (3, VLLM_CPU_LINE), (4, VLLM_KV_FULL_LINE))
