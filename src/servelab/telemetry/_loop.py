@@ -51,8 +51,12 @@ class Periodic:
         errors: ErrorLog,
         *,
         label: str,
+        max_duty: float | None = None,
     ) -> None:
+        """`max_duty`: the share of time ticks may take; a slower tick stretches the interval
+        (an engine whose /metrics page is costly to render is scraped less often)."""
         self._interval_s = interval_s
+        self._max_duty = max_duty
         self._tick = tick
         self._errors = errors
         self._label = label
@@ -76,10 +80,14 @@ class Periodic:
         interval = self._interval_s
         due = time.perf_counter()
         while not self._stop.is_set():
+            began = time.perf_counter()
             try:
                 self._tick()
             except Exception as exc:  # a sampler must never take the benchmark down
                 self._errors.add(f"{self._label}: {type(exc).__name__}: {exc}")
+            if self._max_duty is not None:  # a slow endpoint is asked less often
+                took = time.perf_counter() - began
+                interval = max(self._interval_s, took / self._max_duty)
             due += interval
             now = time.perf_counter()
             if due < now:  # overran: skip to the next slot on the grid
