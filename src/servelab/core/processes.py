@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "CLOCK_TICKS",
     "PARENT_POLL_S",
     "ProcStat",
     "all_proc_stats",
@@ -34,7 +35,8 @@ PARENT_POLL_S = 0.25
 
 _PR_SET_PDEATHSIG = 1
 _PROC = Path("/proc")
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+"""Clock ticks per second: the unit of /proc's CPU times."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +73,8 @@ def proc_stat(pid: int, proc: Path = _PROC) -> ProcStat | None:
         ppid=int(fields[1]),
         pgrp=int(fields[2]),
         session=int(fields[3]),
-        user_s=int(fields[11]) / _TICKS,
-        system_s=int(fields[12]) / _TICKS,
+        user_s=int(fields[11]) / CLOCK_TICKS,
+        system_s=int(fields[12]) / CLOCK_TICKS,
     )
 
 

@@ -16,12 +16,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servelab.core.processes import all_proc_stats
+from servelab.core.processes import CLOCK_TICKS, all_proc_stats
 
 __all__ = ["EngineCpu", "EngineCpuMeter", "host_busy_s", "session_cpu_s"]
 
 _PROC = Path("/proc")
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class EngineCpu(BaseModel):
@@ -65,7 +64,7 @@ def host_busy_s(proc: Path = _PROC, cpus: frozenset[int] | None = None) -> float
         ticks = [int(value) for value in values[:8]]
         busy += sum(ticks) - ticks[3] - ticks[4]  # all but idle and iowait
         seen += 1
-    return busy / _TICKS if seen else None
+    return busy / CLOCK_TICKS if seen else None
 
 
 def _usable_cpus() -> frozenset[int] | None:

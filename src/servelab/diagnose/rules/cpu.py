@@ -21,10 +21,10 @@ finding is made.
 from __future__ import annotations
 
 import math
-
-import yaml
+from typing import Any
 
 from servelab.diagnose.actions import text_action
+from servelab.diagnose.deployment import launched_spec
 from servelab.diagnose.facts import LevelFacts, RunFacts
 from servelab.diagnose.findings import (
     Action,
@@ -212,15 +212,8 @@ def _threads(facts: RunFacts, cpu: EngineCpu) -> tuple[int | None, str]:
     return cpu.host_cores, "the cores it may use (no thread count in its spec)"
 
 
-def _spec(facts: RunFacts) -> dict[str, object]:
-    text = (facts.summary.engine or {}).get("spec")
-    if not isinstance(text, str):
-        return {}
-    try:
-        loaded = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return {}
-    return loaded if isinstance(loaded, dict) else {}
+def _spec(facts: RunFacts) -> dict[str, Any]:
+    return launched_spec(facts.summary) or {}
 
 
 def _host_busy(cpu: EngineCpu) -> bool:
