@@ -50,3 +50,42 @@ def test_a_zero_from_one_scrape_is_not_the_levels_batch():
     assert facts.engine is None
     assert facts.engine_missing == "1 sample of /metrics in this level: too few (3 needed)"
     assert not facts.batch_source.startswith("engine metrics") and facts.batch > 1
+
+
+def _from_the_log(levels: list, lines: int) -> list:
+    """The levels with /metrics missed (no scrape inside) and their gauges from `lines`
+    stats lines of the engine's log."""
+    out = []
+    for lv in levels:
+        telemetry: LevelTelemetry = lv.telemetry
+        engine = telemetry.engine
+        update = {
+            "samples": 0,
+            "log_samples": lines,
+            "sources": {name: "log" for name in ("running", "queued", "kv_usage")},
+        }
+        out.append(
+            lv.model_copy(
+                update={
+                    "telemetry": telemetry.model_copy(
+                        update={"engine": engine.model_copy(update=update)}
+                    )
+                }
+            )
+        )
+    return out
+
+
+def test_a_level_the_log_covered_stands_on_the_logs_samples(tmp_path: Path):
+    """/metrics missed the level, the log's stats lines did not: the counts are evidence."""
+    run = summary(_from_the_log(capped_sweep(), 11), target_engine="sglang")
+    found = diagnose(write_run(tmp_path, run))
+    cap = next(f for f in found.findings if f.kind is FindingKind.RUNNING_REQUEST_CAP)
+    assert any(e.what.startswith("waiting requests") for e in cap.evidence), cap.evidence
+
+
+def test_two_stats_lines_are_too_few_whatever_the_scrapes():
+    engine = capped_sweep()[-1].telemetry.engine
+    assert engine.model_copy(update={"samples": 20}).gauge_samples == 20
+    log = engine.model_copy(update={"samples": 20, "log_samples": 2, "sources": {"running": "log"}})
+    assert log.gauge_samples == 2

@@ -102,7 +102,7 @@ def held_back(level: LevelFacts) -> list[Evidence]:
     engine = level.engine
     if engine is None or not engine.running_max or not level.closed:
         return []
-    if engine.samples < MIN_SCRAPES or (engine.queued_mean or 0.0) < MIN_QUEUED_MEAN:
+    if engine.gauge_samples < MIN_SCRAPES or (engine.queued_mean or 0.0) < MIN_QUEUED_MEAN:
         return []
     shortfall = level.load - engine.running_max
     if engine.running_max > ADMITTED_SHARE * level.load or shortfall < MIN_SHORTFALL:

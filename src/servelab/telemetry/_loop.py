@@ -6,11 +6,17 @@ in a tick is caught, counted by message and kept for the run's record.
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
-__all__ = ["ErrorLog", "Periodic"]
+__all__ = ["DUTY_WINDOW", "ErrorLog", "Periodic"]
+
+DUTY_WINDOW = 5
+"""The duty cap reads the median of the last five ticks: one slow tick (a server busy with
+a burst of new requests) does not stretch the interval, a page that is slow to render does."""
 
 
 class ErrorLog:
@@ -52,11 +58,16 @@ class Periodic:
         *,
         label: str,
         max_duty: float | None = None,
+        max_interval_s: float | None = None,
     ) -> None:
-        """`max_duty`: the share of time ticks may take; a slower tick stretches the interval
-        (an engine whose /metrics page is costly to render is scraped less often)."""
+        """`max_duty`: the share of time ticks may take; ticks that are typically slower
+        stretch the interval (an engine whose /metrics page is costly to render is scraped
+        less often), up to `max_interval_s`."""
         self._interval_s = interval_s
         self._max_duty = max_duty
+        self._max_interval_s = max_interval_s if max_interval_s is not None else float("inf")
+        # Ticks not yet taken count as free: the first slow one alone stretches nothing.
+        self._took: deque[float] = deque([0.0] * DUTY_WINDOW, maxlen=DUTY_WINDOW)
         self._tick = tick
         self._errors = errors
         self._label = label
@@ -76,6 +87,14 @@ class Periodic:
             self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
+    def stretched(self, typical_tick_s: float) -> float:
+        """The interval for ticks that typically take `typical_tick_s`: a slow endpoint is
+        asked less often, but never less often than every `max_interval_s`."""
+        if self._max_duty is None:
+            return self._interval_s
+        wanted = max(self._interval_s, typical_tick_s / self._max_duty)
+        return min(wanted, max(self._max_interval_s, self._interval_s))
+
     def _run(self) -> None:
         interval = self._interval_s
         due = time.perf_counter()
@@ -85,9 +104,9 @@ class Periodic:
                 self._tick()
             except Exception as exc:  # a sampler must never take the benchmark down
                 self._errors.add(f"{self._label}: {type(exc).__name__}: {exc}")
-            if self._max_duty is not None:  # a slow endpoint is asked less often
-                took = time.perf_counter() - began
-                interval = max(self._interval_s, took / self._max_duty)
+            if self._max_duty is not None:
+                self._took.append(time.perf_counter() - began)
+                interval = self.stretched(statistics.median(self._took))
             due += interval
             now = time.perf_counter()
             if due < now:  # overran: skip to the next slot on the grid

@@ -129,6 +129,13 @@ class EngineLevel(BaseModel):
     prompt_tokens: float | None = Field(default=None, description="The engine's count.")
     generation_tokens: float | None = Field(default=None, description="The engine's count.")
 
+    @property
+    def gauge_samples(self) -> int:
+        """The samples the gauges stand on: the fewest of the sources they came from (a level
+        /metrics missed but the log's stats lines covered stands on the log's)."""
+        counts = {"metrics": self.samples, "log": self.log_samples}
+        return min(counts[source] for source in set(self.sources.values()) or {"metrics"})
+
 
 class LevelTelemetry(BaseModel):
     """GPU and engine telemetry of one sweep level, on the bench clock."""

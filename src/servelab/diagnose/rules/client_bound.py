@@ -217,7 +217,7 @@ def _seen(lv: LevelFacts) -> float | None:
     engine = lv.engine
     if not lv.closed or engine is None or engine.running_max is None:
         return None
-    if engine.samples < ENGINE_SCRAPES:
+    if engine.gauge_samples < ENGINE_SCRAPES:
         return None
     return engine.running_max + (engine.queued_max or 0.0)
 
