@@ -32,6 +32,7 @@ class FindingKind(StrEnum):
 
     RUNNING_REQUEST_CAP = "running_request_cap"
     KV_CAPACITY = "kv_capacity"
+    BATCH_TOKEN_BUDGET = "batch_token_budget"
     LAUNCH_OVERHEAD = "launch_overhead"
     COMM_LATENCY = "comm_latency"
     MEMORY_BOUND = "memory_bound"

@@ -13,6 +13,7 @@ from servelab.diagnose.facts import RunFacts
 from servelab.diagnose.findings import Finding
 from servelab.diagnose.rules import (
     accuracy,
+    batch_budget,
     client_bound,
     comm_latency,
     cpu,
@@ -38,6 +39,7 @@ RULES: tuple[Rule, ...] = (
     cpu.rule,
     running_cap.rule,
     kv_capacity.rule,
+    batch_budget.rule,
     launch_overhead.rule,
     comm_latency.rule,
     memory_bound.rule,

@@ -1,0 +1,180 @@
+"""`batch_token_budget` on hand-built runs: a budget that splits the prefills into whole steps.
+
+The run: prompts of 512 tokens, outputs of 128, at concurrency 1, 4, 16 and 64. With a
+budget of 128 tokens a prompt takes 4 steps and the median of c prompts arriving together
+waits ceil(c / 2) x 4 steps: 4, 8, 32 and 128. The measured median TTFTs below are
+within about 10% of the lightest level's plus that many more steps of the level's TPOT
+(not exactly: a step that carries a prefill chunk lasts a little longer than a decode
+step), while TPOT stays flat.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from servelab.bench.results import LevelSummary
+from servelab.diagnose import Diagnosis
+from servelab.diagnose.findings import Finding, FindingKind, Severity
+from servelab.telemetry.summary import LevelTelemetry
+from tests.diagnose.builders import diagnose, kinds, level, summary, telemetry, write_run
+
+PROMPT = 512
+OUTPUT = 128
+CONCURRENCY = (1, 4, 16, 64)
+FLAT_TPOT_MS = (10.0, 10.2, 10.5, 11.0)
+STEPPED_TTFT_MS = (45.0, 95.0, 360.0, 1400.0)
+"""About 45 ms + (steps - 4) x TPOT: 86, 339 and 1,409 ms predicted."""
+
+
+def _levels(
+    ttft_ms: tuple[float, ...] = STEPPED_TTFT_MS,
+    tpot_ms: tuple[float, ...] = FLAT_TPOT_MS,
+    engine: list[LevelTelemetry] | None = None,
+    **given: Any,
+) -> list[LevelSummary]:
+    out = []
+    for i, (c, ttft, tpot) in enumerate(zip(CONCURRENCY, ttft_ms, tpot_ms, strict=True)):
+        e2e_s = (ttft + (OUTPUT - 1) * tpot) / 1e3
+        out.append(
+            level(
+                i,
+                c,
+                total_tps=c * (PROMPT + OUTPUT) / e2e_s,
+                tpot_ms=tpot,
+                ttft_ms=ttft,
+                input_len=PROMPT,
+                output_len=OUTPUT,
+                telemetry=engine[i] if engine else None,
+                **given,
+            )
+        )
+    return out
+
+
+def _run(
+    tmp_path: Path,
+    command: list[str],
+    levels: list[LevelSummary] | None = None,
+    engine: str = "vllm",
+) -> Diagnosis:
+    """Diagnose the run as launched by `engine` with `command` (how a budget reaches facts)."""
+    run = summary(
+        levels if levels is not None else _levels(),
+        engine={"engine": engine, "command": command},
+        input_len=PROMPT,
+        output_len=OUTPUT,
+    )
+    return diagnose(write_run(tmp_path, run))
+
+
+def _budget(found: Diagnosis) -> Finding | None:
+    return next((f for f in found.findings if f.kind is FindingKind.BATCH_TOKEN_BUDGET), None)
+
+
+def _vllm(budget: int | None) -> list[str]:
+    flags = ["--max-num-batched-tokens", str(budget)] if budget is not None else []
+    return ["vllm", "serve", "m", *flags]
+
+
+def test_a_small_budget_that_steps_ttft_is_the_first_finding(tmp_path: Path):
+    found = _run(tmp_path, _vllm(128))
+    top = found.findings[0]
+    assert top.kind is FindingKind.BATCH_TOKEN_BUDGET, kinds(found)
+    assert top.severity is Severity.CRITICAL  # binds at the best level, gain well over 2x
+    assert top.levels == [1, 2, 3]
+    action = top.actions[0]
+    assert action.flags[0] == "--max-num-batched-tokens"
+    # 512 x 64 prompt tokens want 32,768; at most 8x the current 128 in one change.
+    assert int(action.flags[1]) == 1024
+    gain = top.expected_gain
+    assert gain is not None and gain.metric == "median TTFT" and gain.at == "concurrency 64"
+    # old: 45 + (128 - 4) x 11 ms; new: 45 + (16 - 4) x 11 ms (an upper bound, no model)
+    assert abs(gain.factor - 1409 / 177) < 0.05
+    assert any(e.source == "engine command: --max-num-batched-tokens 128" for e in top.evidence)
+    predicted = next(
+        e
+        for e in top.evidence
+        if e.what.startswith("median TTFT the step model predicts at concurrency 64")
+    )
+    assert predicted.value == 1409 and "128 steps" in predicted.what
+    assert any("upper bound" in m for m in top.missing)
+    assert "decode is not what slows" in top.explanation
+
+
+def test_a_budget_that_costs_less_than_half_the_ttft_is_a_warning(tmp_path: Path):
+    """1,024 tokens hold two prompts a step; the wait is 15 steps at 64 over 200 ms of
+    TTFT that is not steps (the client, the network): raising it predicts 1.7x, not 2x."""
+    levels = _levels(ttft_ms=(200.0, 200.0, 235.0, 360.0), tpot_ms=(10.0, 10.0, 10.5, 11.0))
+    top = _budget(_run(tmp_path, _vllm(1024), levels))
+    assert top is not None and top.severity is Severity.WARNING
+    assert top.levels == [3]  # at 16 the rise (1.2x) is too small to read
+    assert any(not e.supports and "concurrency 16" in e.what for e in top.evidence)
+    assert top.actions[0].flags == ["--max-num-batched-tokens", "8192"]
+    assert top.expected_gain is not None and 1.5 < top.expected_gain.factor < 2
+
+
+def test_a_budget_that_holds_every_prompt_is_not_the_finding(tmp_path: Path):
+    """65,536 tokens hold 64 prompts of 512 in one step: the budget cannot bind."""
+    assert _budget(_run(tmp_path / "small", _vllm(128))) is not None
+    assert _budget(_run(tmp_path / "large", _vllm(65536))) is None
+
+
+def test_without_a_configured_budget_nothing_is_guessed(tmp_path: Path):
+    assert _budget(_run(tmp_path / "set", _vllm(128))) is not None
+    assert _budget(_run(tmp_path / "unset", _vllm(None))) is None
+
+
+def test_ttft_growing_with_tpot_is_the_decode_not_the_budget(tmp_path: Path):
+    """TPOT 1.8x, 4x and 12x the single stream's: decode is what slows."""
+    assert _budget(_run(tmp_path / "flat", _vllm(128))) is not None
+    slow_decode = _levels(tpot_ms=(10.0, 18.0, 40.0, 120.0))
+    found = _run(tmp_path / "decode", _vllm(128), slow_decode)
+    assert _budget(found) is None, kinds(found)
+
+
+def test_ttft_that_stays_flat_despite_the_arithmetic_is_not_the_budget(tmp_path: Path):
+    """A steady closed loop can keep up with a small budget: the prompts did not wait."""
+    assert _budget(_run(tmp_path / "stepped", _vllm(128))) is not None
+    flat = _levels(ttft_ms=(45.0, 50.0, 70.0, 120.0))  # grows, by a tenth of the steps
+    assert _budget(_run(tmp_path / "flat", _vllm(128), flat)) is None
+
+
+def test_a_rise_far_beyond_the_steps_is_a_wait_of_another_kind(tmp_path: Path):
+    """2,048 tokens hold four prompts a step: 7 more steps at 64, not the 1.4 s measured."""
+    assert _budget(_run(tmp_path / "small", _vllm(128))) is not None
+    assert _budget(_run(tmp_path / "larger", _vllm(2048))) is None
+
+
+def test_a_non_streamed_run_has_no_ttft_to_read(tmp_path: Path):
+    assert _budget(_run(tmp_path / "streamed", _vllm(128))) is not None
+    unstreamed = _levels(median_ttft_ms=None)
+    assert _budget(_run(tmp_path / "unstreamed", _vllm(128), unstreamed)) is None
+
+
+def test_a_queue_in_the_engines_counts_adds_confidence(tmp_path: Path):
+    def counts(running: float, queued: float) -> LevelTelemetry:
+        return telemetry(
+            engine={
+                "running_mean": running,
+                "running_max": running,
+                "queued_mean": queued,
+                "queued_max": queued,
+            }
+        )
+
+    plain = _budget(_run(tmp_path / "plain", _vllm(128)))
+    engine = [counts(1, 0), counts(3, 1), counts(10, 6), counts(40, 24)]
+    queued = _budget(_run(tmp_path / "queued", _vllm(128), _levels(engine=engine)))
+    assert plain is not None and queued is not None
+    assert queued.confidence > plain.confidence
+    assert any(e.what == "waiting requests (mean) at concurrency 64" for e in queued.evidence)
+
+
+def test_sglang_is_told_its_own_flags(tmp_path: Path):
+    command = ["python3", "-m", "sglang.launch_server", "--max-prefill-tokens", "128"]
+    top = _budget(_run(tmp_path, command, engine="sglang"))
+    assert top is not None
+    assert top.actions[0].flags == ["--max-prefill-tokens", "1024"]
+    chunk = top.actions[1]
+    assert chunk.flags == ["--chunked-prefill-size", "1024"] and chunk.conditional
