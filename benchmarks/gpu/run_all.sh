@@ -41,6 +41,16 @@
 #             then h200-ref with knobs {cuda_graphs: true, kv_cache_tokens: 16384} swept at
 #             1, 4, 16 (--cb-num-blocks 64: the engine's own log says what it built);
 #             cache-summary.txt holds the error line, the exit codes and the cache lines.
+#   planted   diagnose against what a second run measures: h200-ref with one planted limit
+#             per case (PLANTED, default "default graphs kv batch": transformers serve's
+#             defaults; CUDA graphs on; graphs on with a 0.4% memory share for the cache;
+#             graphs on with 128 batch tokens per step), each swept by `servelab run` at 1,
+#             4, 16, 64 (12 s levels, 512 in / 64 out) and diagnosed. The graphs case is the
+#             rerun with each other case's limit removed; kv-applied and batch-applied
+#             rerun kv and batch with diagnose's first action applied (--cb-num-blocks 48,
+#             i.e. kv_cache_tokens 12288; max_batch_tokens 1024). The run directories (without
+#             requests.jsonl) are tarred to $OUT/planted-CASE.tgz, to be kept in the repository
+#             and read by benchmarks/diagnose_accuracy.py.
 # Logs and results, tarred, go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -202,6 +212,34 @@ if [[ " $PARTS " == *" cache "* ]]; then
         grep -E "^level|^top finding|^try first" "$LOGS/cache-tokens.err"
     } > "$OUT/cache-summary.txt" 2>&1
     cat "$OUT/cache-summary.txt"
+fi
+
+if [[ " $PARTS " == *" planted "* ]]; then
+    mkdir -p "$LOGS/planted"
+    declare -A PLANTED_KNOBS=(
+        [default]=""
+        [graphs]="knobs: {cuda_graphs: true}"
+        [kv]="knobs: {cuda_graphs: true, mem_fraction: 0.004}"
+        [batch]="knobs: {cuda_graphs: true, max_batch_tokens: 128}"
+        [kv-applied]="knobs: {cuda_graphs: true, kv_cache_tokens: 12288}"
+        [batch-applied]="knobs: {cuda_graphs: true, max_batch_tokens: 1024}"
+    )
+    for case in ${PLANTED:-default graphs kv batch}; do
+        printf 'engine: embedded\nmodel: h200-ref\n%s\n' "${PLANTED_KNOBS[$case]}" \
+            > "/tmp/planted-$case.yaml"
+        timed "planted-$case" timeout -s INT "${RUN_LIMIT_S:-280}" python3 -m servelab run \
+            --engine "/tmp/planted-$case.yaml" --concurrency "${CONCURRENCY:-1,4,16,64}" \
+            --duration "${LEVEL_DURATION:-12s}" --input-len 512 --output-len 64 --gpus 0 \
+            --out "$LOGS/planted/$case"
+        cp "/tmp/planted-$case.yaml" "$LOGS/planted/$case/spec.yaml"
+        COLUMNS=160 python3 -m servelab diagnose "$LOGS/planted/$case" \
+            > "$LOGS/planted/$case/diagnose.txt" 2>&1
+        rm -f "$LOGS/planted/$case/requests.jsonl"
+        grep -m 3 -E "│ [0-9] " "$LOGS/planted/$case/diagnose.txt"
+        tar -C "$LOGS/planted" -czf "$OUT/planted-$case.tgz" "$case"
+    done
+    grep -E "^planted-" "$LOGS/times.txt"
+    rm -rf "$LOGS/planted"
 fi
 
 nvidia-smi --query-gpu=memory.used --format=csv >> "$LOGS/env.txt" 2>&1

@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from servelab.bench.results import LevelSummary
 from servelab.diagnose import Diagnosis
 from servelab.diagnose.findings import Finding, FindingKind, Severity
@@ -89,8 +91,14 @@ def test_a_small_budget_that_steps_ttft_is_the_first_finding(tmp_path: Path):
     assert int(action.flags[1]) == 1024
     gain = top.expected_gain
     assert gain is not None and gain.metric == "median TTFT" and gain.at == "concurrency 64"
-    # old: 45 + (128 - 4) x 11 ms; new: 45 + (16 - 4) x 11 ms (an upper bound, no model)
-    assert abs(gain.factor - 1409 / 177) < 0.05
+    # The new budget's floor: the lightest TTFT less the 3 steps it saves there, 45 - 3 x 10
+    # = 15 ms. In waves the median of 64 prompts waits 16 steps at 1,024 tokens: 15 + 15 x 11
+    # = 180 ms; arriving steadily (64 / 129 x 512 tokens a step, with the 64 decodes, fit
+    # 1,024) one step: 15 + 11 = 26 ms. Against the measured 1,400 ms, between the two.
+    waves, steady = 15 + 15 * 11.0, 15 + 11.0
+    assert gain.low == pytest.approx(1400 / waves, rel=0.01)
+    assert gain.high == pytest.approx(1400 / steady, rel=0.01)
+    assert gain.factor == pytest.approx(1400 / (waves * steady) ** 0.5, rel=0.01)
     assert any(e.source == "engine command: --max-num-batched-tokens 128" for e in top.evidence)
     predicted = next(
         e

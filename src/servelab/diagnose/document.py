@@ -16,7 +16,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from servelab.bench.knee import Knee
 from servelab.diagnose.findings import Finding
 
-__all__ = ["SCHEMA", "CeilingPoint", "Diagnosis", "GapLayers", "GapShare", "Layer", "SourceStatus"]
+__all__ = [
+    "SCHEMA",
+    "CeilingPoint",
+    "ConfiguredSetting",
+    "Diagnosis",
+    "GapLayers",
+    "GapShare",
+    "Layer",
+    "SourceStatus",
+]
 
 SCHEMA = "servelab.diagnosis/1"
 
@@ -72,6 +81,16 @@ class CeilingPoint(BaseModel):
     measured_total_tok_s: float = Field(description="What the level measured, for the ratio.")
 
 
+class ConfiguredSetting(BaseModel):
+    """One setting the run was launched with or the engine resolved, and where it was read."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="servelab's knob, or the engine's own field name.")
+    value: float | int | str | bool | list[str] | None
+    source: str = Field(description="engine spec, engine command, or an engine.log line.")
+
+
 class SourceStatus(BaseModel):
     """Whether one kind of evidence was there, and why not."""
 
@@ -102,6 +121,11 @@ class Diagnosis(BaseModel):
     )
     sources: dict[str, SourceStatus] = Field(
         description="summary, gpu telemetry, engine metrics, engine log, probe, model."
+    )
+    configuration: list[ConfiguredSetting] = Field(
+        default_factory=list,
+        description="What the run was configured with: the spec's knobs, the command's flags "
+        "and the engine's resolved settings, each with its source. The rules read them.",
     )
     notes: list[str] = Field(default_factory=list)
 

@@ -77,6 +77,9 @@ class EngineConfig:
     max_batch_tokens: Setting[int] | None = None
     kv_memory_gib: Setting[float] | None = None
     kv_full: list[LogEvent] = field(default_factory=list)
+    resolved: dict[str, Setting[Any]] = field(default_factory=dict)
+    """Every setting read, by name: the command's knob flags, then the log's resolved
+    values (a name the command set is not read again from the log)."""
 
     def flags(self, knob: str, value: Any) -> list[str] | None:
         """The engine's own flags for `knob = value`; None when the engine has no such knob."""
@@ -119,12 +122,80 @@ def engine_config(
         or _graphs(events)
         or _graphs_default(engine, command, knobs.get("cuda_graphs")),
         tp=_int_from_command(command, layout.get("tp")) or _int_from_log(events, _TP_FIELDS),
-        kv_capacity_tokens=_kv_capacity(events, _block_tokens(engine, command)),
+        kv_capacity_tokens=_kv_capacity(events, _block_tokens(engine, command))
+        or _kv_from_command(engine, command),
         max_batch_tokens=_int_from_command(command, knobs.get("max_batch_tokens"))
         or _int_from_log(events, _BATCH_TOKEN_FIELDS),
         kv_memory_gib=_kv_memory(events),
         kv_full=[e for e in events if e.kind is EventKind.KV_CACHE_FULL],
+        resolved=_resolved(command, knobs, layout, events),
     )
+
+
+_RESOLVED_KINDS = (
+    EventKind.ENGINE_CONFIG,
+    EventKind.SCHEDULER_LIMITS,
+    EventKind.KV_CACHE_CAPACITY,
+    EventKind.KV_CACHE_MEMORY,
+)
+"""The log events whose fields are settings the engine resolved (its defaults filled in)."""
+
+
+def _resolved(
+    command: list[str],
+    knobs: Mapping[str, FlagRule],
+    layout: Mapping[str, FlagRule],
+    events: list[LogEvent],
+) -> dict[str, Setting[Any]]:
+    found: dict[str, Setting[Any]] = {}
+    for name, rule in {**knobs, **layout}.items():
+        setting = _int_from_command(command, rule) or _switch_from_command(command, rule)
+        if setting is None:
+            text = _value_of(command, flags[0]) if len(flags := _flags_of(rule)) == 2 else None
+            setting = Setting(text, f"engine command: {flags[0]} {text}") if text else None
+        if setting is not None:
+            found[name] = setting
+    for event in events:
+        if event.kind not in _RESOLVED_KINDS:
+            continue
+        for name, value in event.fields.items():
+            if value is not None and name not in found:
+                found[name] = Setting(value, f"{_line(event)}: {name}={value}")
+    return found
+
+
+def _flags_of(rule: FlagRule) -> list[str]:
+    """The flags a value knob's rule writes (empty for a rule that refuses a probe value)."""
+    try:
+        return rule(0)
+    except (ValueError, TypeError):
+        return []
+
+
+_TOKEN_FLAGS = {"sglang": "--max-total-tokens", "sim": "--kv-capacity-tokens"}
+"""Engines whose cache-size flag counts tokens."""
+_TF_BLOCKS_FLAG = "--cb-num-blocks"
+
+
+def _kv_from_command(engine: str | None, command: list[str]) -> Setting[int] | None:
+    """The cache's size the command set, in tokens, where its flag says so without the
+    engine's build: tokens (SGLang, the simulator) or transformers' blocks of its block
+    size. vLLM's block override is in blocks of a size the build picks: its log says."""
+    which = _KNOB_ENGINE.get(engine or "")
+    flag = _TOKEN_FLAGS.get(which or "")
+    if flag is not None:
+        text = _value_of(command, flag)
+        if text is not None and text.isdigit():
+            return Setting(int(text), f"engine command: {flag} {text}")
+    if which == "transformers":
+        text = _value_of(command, _TF_BLOCKS_FLAG)
+        block = _block_tokens(engine, command)
+        if text is not None and text.isdigit() and block is not None:
+            return Setting(
+                int(text) * block,
+                f"engine command: {_TF_BLOCKS_FLAG} {text} (blocks of {block} tokens)",
+            )
+    return None
 
 
 def _value_of(command: list[str], flag: str) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servelab.core.severity import Severity
 
@@ -103,6 +103,25 @@ class ExpectedGain(BaseModel):
     at: str | None = Field(default=None, description="The operating point, e.g. 'concurrency 128'.")
     source: str = Field(description="'model', or how it was estimated from the sweep.")
     text: str
+    low: float | None = Field(
+        default=None,
+        description="The least the change should give (new / old of `metric`): with `high`, "
+        "the interval a measured factor is judged against. 1.0 for a gain stated only as a "
+        "bound ('up to').",
+    )
+    high: float | None = Field(default=None, description="The most the change should give.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ExpectedGain:
+        if self.low is not None and self.high is not None and not self.low <= self.high:
+            raise ValueError(f"expected gain interval [{self.low}, {self.high}] is reversed")
+        return self
+
+    def holds(self, measured: float) -> bool | None:
+        """Whether a measured factor lies in the interval; None without one."""
+        if self.low is None or self.high is None:
+            return None
+        return self.low <= measured <= self.high
 
 
 class Finding(BaseModel):

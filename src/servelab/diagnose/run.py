@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from servelab.diagnose.collect import collect_facts
-from servelab.diagnose.document import CeilingPoint, Diagnosis, SourceStatus
+from servelab.diagnose.deployment import launched_spec
+from servelab.diagnose.document import CeilingPoint, ConfiguredSetting, Diagnosis, SourceStatus
 from servelab.diagnose.facts import RunFacts
 from servelab.diagnose.findings import Finding, FindingKind, Severity
 from servelab.diagnose.inputs import load_run
@@ -19,7 +20,7 @@ from servelab.diagnose.options import DiagnoseOptions
 from servelab.diagnose.rules import RULES
 from servelab.store import DIAGNOSIS_FILE, SUMMARY_FILE, RunDir
 
-__all__ = ["CLIENT_BOUND_DISCOUNT", "DIAGNOSIS_FILE", "diagnose_run", "rank"]
+__all__ = ["CLIENT_BOUND_DISCOUNT", "DIAGNOSIS_FILE", "configuration", "diagnose_run", "rank"]
 
 CLIENT_BOUND_DISCOUNT = 0.5
 """A finding about levels the client could not drive is half as certain."""
@@ -54,6 +55,7 @@ def diagnose_run(
         ceiling=_ceiling(facts),
         sources=_sources(facts, files.events_source, files.probe_source),
         notes=facts.notes,
+        configuration=configuration(facts),
     )
     if write:
         RunDir(run_dir).write_diagnosis(diagnosis)
@@ -151,3 +153,24 @@ def _sources(facts: RunFacts, events: str, probe: str) -> dict[str, SourceStatus
         why = facts.missing.get(key)
         status[name] = SourceStatus(available=why is None, detail=why or present[key])
     return status
+
+
+def configuration(facts: RunFacts) -> list[ConfiguredSetting]:
+    """The spec's knobs first (what the user asked for), then what the command and the
+    engine's log say was in force, each named once, with its source."""
+    found: list[ConfiguredSetting] = []
+    knobs = (launched_spec(facts.summary) or {}).get("knobs")
+    for name, value in (knobs if isinstance(knobs, dict) else {}).items():
+        if value is not None:
+            found.append(
+                ConfiguredSetting(name=name, value=_plain(value), source="engine spec knobs")
+            )
+    for name, setting in facts.engine.resolved.items():
+        found.append(
+            ConfiguredSetting(name=name, value=_plain(setting.value), source=setting.source)
+        )
+    return found
+
+
+def _plain(value: object) -> float | int | str | bool | None:
+    return value if isinstance(value, int | float | str | bool) else str(value)

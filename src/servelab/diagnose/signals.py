@@ -10,11 +10,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from servelab.diagnose.deployment import launched_spec
 from servelab.diagnose.facts import LevelFacts, RunFacts
 from servelab.diagnose.findings import Evidence
 from servelab.telemetry.summary import MIN_ENGINE_SAMPLES
 
 __all__ = [
+    "ADMISSION_WAIT_SHARE",
     "ADMITTED_SHARE",
     "GPU_BUSY_POWER_PCT",
     "GPU_BUSY_SM_PCT",
@@ -26,7 +28,9 @@ __all__ = [
     "MIN_SHORTFALL",
     "QUEUE_TPOT_RATIO",
     "QUEUE_TTFT_RATIO",
+    "admission_wait",
     "degraded_links",
+    "engine_on_cpu",
     "fmt",
     "gpu_busy",
     "gpu_idle",
@@ -154,6 +158,45 @@ def queueing_beyond_knee(facts: RunFacts) -> list[Evidence]:
     ]
 
 
+ADMISSION_WAIT_SHARE = 0.5
+"""A newcomer kept out of a full batch waits for a running request to finish: half of one
+request's decode time (output tokens x TPOT) is the least such a wait adds to the median
+TTFT. A prefill queue adds prefill times, far shorter."""
+
+
+def admission_wait(lower: LevelFacts, upper: LevelFacts) -> list[Evidence]:
+    """From one closed level to the next, TTFT grew by whole request times while TPOT
+    stayed: the batch stopped growing and newcomers waited outside it (a cap or a full
+    cache), with or without a knee in throughput."""
+    lo, hi = lower.summary, upper.summary
+    if not (lo.median_ttft_ms and hi.median_ttft_ms and lo.mean_tpot_ms and hi.mean_tpot_ms):
+        return []
+    ttft_ratio = hi.median_ttft_ms / lo.median_ttft_ms
+    tpot_ratio = hi.mean_tpot_ms / lo.mean_tpot_ms
+    request_ms = upper.output_tokens * hi.mean_tpot_ms
+    rise = hi.median_ttft_ms - lo.median_ttft_ms
+    if ttft_ratio < QUEUE_TTFT_RATIO or tpot_ratio > QUEUE_TPOT_RATIO:
+        return []
+    if rise < ADMISSION_WAIT_SHARE * request_ms:
+        return []
+    source = f"{lower.source}, {upper.source}"
+    return [
+        Evidence(
+            what=f"median TTFT rise, {lower.label} to {upper.label}, in request decode times "
+            f"({request_ms:,.0f} ms each)",
+            value=fmt(rise / request_ms),
+            unit="requests",
+            source=source,
+        ),
+        Evidence(
+            what=f"mean TPOT, {upper.label} / {lower.label}",
+            value=fmt(tpot_ratio),
+            unit="x",
+            source=source,
+        ),
+    ]
+
+
 def model_growth(facts: RunFacts, low: float, high: float, lv: LevelFacts) -> float | None:
     """The model's total-throughput growth per doubling from `low` to `high` concurrency."""
     if facts.model is None or high <= low:
@@ -243,3 +286,13 @@ def degraded_links(facts: RunFacts) -> list[Evidence]:
         )
         for verdict in facts.probe.verdict(*LINK_VERDICTS)
     ]
+
+
+def engine_on_cpu(facts: RunFacts) -> Evidence | None:
+    """Evidence that the engine computes on the CPU: its spec's device, or no GPU here."""
+    spec = launched_spec(facts.summary) or {}
+    if spec.get("device") == "cpu":
+        return Evidence(what="engine device", value="cpu", source="summary.json engine spec")
+    if facts.probe is not None and facts.probe.verdict("no-nvidia-gpu"):
+        return Evidence(what="GPUs on the machine", value=0, source="probe verdict no-nvidia-gpu")
+    return None

@@ -426,6 +426,23 @@ def _sglang_server_args(match: re.Match[str]) -> Fields:
     return {key: pairs[key] for key in _SERVER_ARGS_KEYS if key in pairs}
 
 
+def _sglang_server_args_dict(match: re.Match[str]) -> Fields:
+    """The same settings in SGLang's later `server_args={...}` line, a dict of resolved
+    values (its defaults filled in)."""
+    try:
+        parsed = ast.literal_eval(match.group("_args"))
+    except (ValueError, SyntaxError):
+        return {}
+    if not isinstance(parsed, dict):
+        return {}
+    return {
+        key: value if isinstance(value, int | float | str | bool) or value is None else str(value)
+        for key in _SERVER_ARGS_KEYS
+        if key in parsed
+        for value in [parsed[key]]
+    }
+
+
 _VLLM_ARGS_KEYS = (
     "model",
     "model_tag",
@@ -727,6 +744,19 @@ _SGLANG: tuple[Signature, ...] = (
         "max_running_requests=None, chunked_prefill_size=8192, max_prefill_tokens=16384, "
         "tp_size=1, disable_cuda_graph=False, disable_radix_cache=False)",
         extract=_sglang_server_args,
+    ),
+    _sig(
+        "sglang.server_args_dict",
+        _K.ENGINE_CONFIG,
+        _INFO,
+        r"server_args=(?P<_args>\{.*\})\s*$",
+        literals=("server_args={",),
+        source=Source(SGLANG, "python/sglang/srt/entrypoints/engine.py", "v0.5.23"),
+        example="[2026-11-20 10:02:11] server_args={'model_path': '/models/Qwen3-8B', "
+        "'dtype': 'auto', 'kv_cache_dtype': 'auto', 'mem_fraction_static': 0.903, "
+        "'max_running_requests': None, 'chunked_prefill_size': 8192, "
+        "'max_prefill_tokens': 16384, 'tp_size': 1, 'disable_cuda_graph': False}",
+        extract=_sglang_server_args_dict,
     ),
     _sig(
         "sglang.server_args_cuda_graph_disabled",

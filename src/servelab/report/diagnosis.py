@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from servelab.diagnose.document import Diagnosis, GapLayers
-from servelab.diagnose.findings import Evidence, Finding, Severity
+from servelab.diagnose.findings import Evidence, ExpectedGain, Finding, Severity
 
 __all__ = ["evidence_text", "render_diagnosis", "top_finding_lines"]
 
@@ -56,9 +56,16 @@ def _findings(diagnosis: Diagnosis) -> Table:
             finding.kind.value,
             f"{finding.confidence:.0%}",
             escape(finding.title),
-            escape(f"{gain.factor:g}x {gain.metric}") if gain else "-",
+            escape(_gain_cell(gain)) if gain else "-",
         )
     return table
+
+
+def _gain_cell(gain: ExpectedGain) -> str:
+    """The point estimate, and the interval a measured factor is judged against."""
+    if gain.low is None or gain.high is None:
+        return f"{gain.factor:g}x {gain.metric}"
+    return f"{gain.factor:g}x ({gain.low:g}-{gain.high:g}) {gain.metric}"
 
 
 def _details(index: int, finding: Finding) -> Table:
@@ -117,6 +124,16 @@ def _sources(diagnosis: Diagnosis) -> Table:
     for name, status in diagnosis.sources.items():
         mark = Text("yes", style="green") if status.available else Text("no", style="yellow")
         table.add_row(name, mark, escape(status.detail))
+    if diagnosis.configuration:
+        origins = sorted(
+            {c.source.split(":")[0].split(" line")[0] for c in diagnosis.configuration}
+        )
+        table.add_row(
+            "configuration",
+            Text("yes", style="green"),
+            f"{len(diagnosis.configuration)} settings read from {', '.join(origins)} (--json "
+            "lists each with its source)",
+        )
     for note in diagnosis.notes:
         table.add_row("note", "", escape(note))
     return table

@@ -225,16 +225,21 @@ def _read(facts: RunFacts, light: LevelFacts, lv: LevelFacts, budget: int) -> _R
         growth=ttft / light_ttft,
         agreement=(ttft - light_ttft) / (predicted - light_ttft),
         tpot_ratio=lv.tpot_ms / light.tpot_ms,
-        tpot_allowed=DECODE_FLAT_RATIO * _decode_growth(light, lv),
+        tpot_allowed=DECODE_FLAT_RATIO * _decode_growth(facts, light, lv),
     )
 
 
-def _decode_growth(light: LevelFacts, lv: LevelFacts) -> float:
-    """How much the model expects TPOT to grow from the lightest level's batch to this one's
-    (1 without the model, or where it expects none)."""
-    if light.model is None or lv.model is None or not light.model.tpot_ms:
+def _decode_growth(facts: RunFacts, light: LevelFacts, lv: LevelFacts) -> float:
+    """How much TPOT may grow from the lightest level to this one with decode alone: the
+    model's decode step grows by some milliseconds (more KV to read), added to the
+    lightest level's measured TPOT (1 without the model). The decode step alone, and
+    added, not multiplied: the model's TPOT folds the other requests' prefills in, and an
+    engine whose step is mostly host time does not grow with the batch's bytes."""
+    model, light_tpot = facts.model, light.tpot_ms
+    if model is None or light.model is None or lv.model is None or not light_tpot:
         return 1.0
-    return max(1.0, lv.model.tpot_ms / light.model.tpot_ms)
+    grown_ms = (lv.model.step.step_s - light.model.step.step_s) * 1e3 / model.time_scale
+    return max(1.0, (light_tpot + grown_ms) / light_tpot)
 
 
 def _operating(facts: RunFacts) -> LevelFacts | None:
@@ -262,30 +267,50 @@ def _new_budget(budget: int, prompt: float, prompts: float) -> int:
 def _gain(
     facts: RunFacts, light: LevelFacts, target: _Reading, budget: int, new: int
 ) -> ExpectedGain | None:
-    """Predicted old / new median TTFT at the target level by the step model. A step of the
-    new budget lasts the measured step plus the model's prefill time of the extra tokens
-    (without the model, a decode step: an upper bound). None when no gain is predicted:
-    then the prefills' compute, not the step count, is the wait."""
-    light_ttft = light.summary.median_ttft_ms or 0.0
-    before = _steps(_prompts(facts, light), light.input_tokens, budget)
+    """Measured / predicted median TTFT at the target level with the new budget, between
+    two arrival patterns. A step of the new budget lasts the measured step plus the
+    model's prefill time of the extra tokens (without the model, a decode step).
+
+    - In waves (the step model above): the prompts arrive together and the median one
+      waits its steps: the longest TTFT, the least gain.
+    - Steady: a closed loop whose requests finish one by one sends about n / (output +
+      prefill steps) prompts per step; when their tokens and the running decodes' fit
+      the new budget, a prompt waits at most the step in progress: the shortest TTFT.
+
+    The lightest level's TTFT less the prefill steps the new budget saves there is the
+    floor both start from. The point estimate is the middle of the interval in ratio
+    terms (the two patterns are far apart in TTFT; a real loop sits between them).
+    None when no gain is predicted: then the prefills' compute, not the step count, is
+    the wait."""
+    light_ttft, light_step = light.summary.median_ttft_ms or 0.0, light.tpot_ms or 0.0
+    light_prompts = _prompts(facts, light)
+    saved = _steps(light_prompts, light.input_tokens, budget)
+    saved -= _steps(light_prompts, light.input_tokens, new)
+    floor = max(light_ttft - saved * light_step, light_step)
     step = target.step_ms
     if facts.model is not None:
         step += max(0.0, facts.model.prefill_ms(new) - facts.model.prefill_ms(budget))
-    after = _steps(target.prompts, target.level.input_tokens, new)
-    predicted = max(light_ttft + (after - before) * step, step)
-    factor = target.predicted_ms / predicted
+    lv = target.level
+    after = _steps(target.prompts, lv.input_tokens, new)
+    waves = floor + max(after - 1, 0) * step
+    per_prompt = math.ceil(lv.input_tokens / new)
+    arriving = target.prompts / max(lv.output_tokens + per_prompt, 1.0) * lv.input_tokens
+    steady = min(floor + step, waves) if arriving + target.prompts <= new else waves
+    factor = target.measured_ms / math.sqrt(waves * steady)
     if factor <= 1.0:
         return None
-    how = "with the model's prefill time" if facts.model is not None else "an upper bound"
+    least, most = target.measured_ms / waves, target.measured_ms / steady
+    how = "with the model's prefill time" if facts.model is not None else "a decode step each"
     return ExpectedGain(
         factor=fmt(factor),
         metric="median TTFT",
-        at=target.level.label,
-        source=f"step model ({how}): median TTFT = TTFT at {light.label} + extra steps "
-        f"x TPOT, at {budget:,} and {new:,} tokens per step",
-        text=f"a budget of {new:,} tokens: the median request at {target.level.label} is "
-        f"prefilled after {after} steps instead of {target.steps}, median TTFT "
-        f"{target.predicted_ms:,.0f} -> {predicted:,.0f} ms predicted ({factor:.1f}x)",
+        at=lv.label,
+        source=f"step model ({how}), at {budget:,} and {new:,} tokens per step",
+        text=f"a budget of {new:,} tokens: median TTFT at {lv.label} from "
+        f"{target.measured_ms:,.0f} ms to {steady:,.0f}-{waves:,.0f} ms (prompts arriving "
+        f"steadily, or in waves of {target.prompts:g}: {after} steps), about {factor:.1f}x",
+        low=fmt(max(least, 1.0)),
+        high=fmt(most),
     )
 
 

@@ -274,6 +274,8 @@ def _gain(model: ModelView, lv: LevelFacts) -> ExpectedGain | None:
         at=_label(change),
         source="model",
         text=f"{_label(change)}: {factor:.2f}x the decode speed at {lv.label}, per the model",
+        low=1.0,
+        high=fmt(factor),
     )
 
 

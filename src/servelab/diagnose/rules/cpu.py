@@ -35,7 +35,7 @@ from servelab.diagnose.findings import (
     Severity,
     Tally,
 )
-from servelab.diagnose.signals import fmt
+from servelab.diagnose.signals import engine_on_cpu, fmt
 from servelab.telemetry.process_cpu import EngineCpu
 
 __all__ = ["HOST_BUSY", "SATURATED", "rule"]
@@ -54,7 +54,7 @@ _WEIGHTS = {"engine cpu": 0.6, "sweep": 0.3, "machine": 0.3}
 
 
 def rule(facts: RunFacts) -> list[Finding]:
-    device = _cpu_engine(facts)
+    device = engine_on_cpu(facts)
     knee = _busiest_from_the_knee(facts)
     if device is None or knee is None or knee.summary.engine_cpu is None:
         return []
@@ -105,6 +105,8 @@ def _bound(
             at=knee.label,
             source="engine threads (an upper bound: compute scales at most with its threads)",
             text=f"at most {(threads + more) / threads:.2g}x, if the steps scale with threads",
+            low=1.0,
+            high=fmt((threads + more) / threads),
         )
     else:
         busy = (
@@ -189,16 +191,6 @@ def _busiest_from_the_knee(facts: RunFacts) -> LevelFacts | None:
     if not measured:
         return None
     return max(measured, key=lambda lv: lv.summary.engine_cpu.cores if lv.summary.engine_cpu else 0)
-
-
-def _cpu_engine(facts: RunFacts) -> Evidence | None:
-    """Evidence that the engine computes on the CPU: its spec's device, or no GPU here."""
-    spec = _spec(facts)
-    if spec.get("device") == "cpu":
-        return Evidence(what="engine device", value="cpu", source="summary.json engine spec")
-    if facts.probe is not None and facts.probe.verdict("no-nvidia-gpu"):
-        return Evidence(what="GPUs on the machine", value=0, source="probe verdict no-nvidia-gpu")
-    return None
 
 
 def _threads(facts: RunFacts, cpu: EngineCpu) -> tuple[int | None, str]:

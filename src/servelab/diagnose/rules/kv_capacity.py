@@ -10,12 +10,22 @@ recomputed (vLLM, SGLang's retractions). What shows it:
 - preemptions (vLLM's counter) or retractions in the log;
 - the cache's size (the log's, or /metrics') over the tokens of one request: no more
   requests fit than ran, and fewer than the level asked;
-- the sweep's queueing past the knee, and the model's KV capacity near the knee.
+- the sweep's queueing past the knee, and the model's KV capacity near the knee;
+- without a knee or engine counts: TTFT growing by whole request times from one level to
+  the next while TPOT stays (newcomers waited outside the batch), at a level the cache's
+  configured size (the engine's log or command) holds fewer requests of than it sent.
+
+The first action sizes the cache in tokens (`kv_cache_tokens`: every engine servelab
+launches takes it, on the GPU and the CPU) for the heaviest level's requests; a memory
+share (`mem_fraction`) is offered only where the engine takes one on its device.
 
 It cannot tell a full cache from a running cap without /metrics or the log's KV size.
 """
 
 from __future__ import annotations
+
+import itertools
+import math
 
 from servelab.diagnose.actions import flag_name_action, knob_action
 from servelab.diagnose.facts import LevelFacts, RunFacts
@@ -28,7 +38,14 @@ from servelab.diagnose.findings import (
     Severity,
     Tally,
 )
-from servelab.diagnose.signals import fmt, held_back, queueing_beyond_knee, too_few_scrapes
+from servelab.diagnose.signals import (
+    admission_wait,
+    engine_on_cpu,
+    fmt,
+    held_back,
+    queueing_beyond_knee,
+    too_few_scrapes,
+)
 from servelab.model import KvDtype
 
 __all__ = ["KV_FIT_SHARE", "KV_FULL", "KV_MODEL_ROOM", "kv_pressure", "rule"]
@@ -42,6 +59,10 @@ cache, not something else, was the limit (requests of uneven length fit unevenly
 KV_MODEL_ROOM = 1.5
 """The model's cache holding at least this many times the running count means room: the
 model's capacity is an estimate (engines reserve memory it does not know about)."""
+KV_HEADROOM = 1.25
+"""The cache the action asks for holds the heaviest level's requests with a quarter to
+spare: engines keep a reserve (vLLM's watermark) and round to whole blocks, and request
+lengths vary about their mean."""
 FP8_KV = "fp8_e4m3"
 """A KV cache dtype both SGLang and vLLM accept."""
 
@@ -88,8 +109,11 @@ def kv_pressure(facts: RunFacts, lv: LevelFacts) -> dict[str, list[Evidence]]:
 
 def rule(facts: RunFacts) -> list[Finding]:
     held = [lv for lv in facts.closed if held_back(lv)]
-    about = held or facts.after_knee()
+    waits = _admission_waits(facts)
+    about = held or facts.after_knee() or [lv for lv, _ in waits]
     tally = Tally()
+    for _, evidence in waits:
+        tally.add("sweep", _WEIGHTS["sweep"], evidence)
     for lv in about:
         for source, evidence in kv_pressure(facts, lv).items():
             tally.add(source, _WEIGHTS[source], evidence)
@@ -125,7 +149,7 @@ def rule(facts: RunFacts) -> list[Finding]:
         severity = Severity.CRITICAL
     else:
         severity = Severity.WARNING
-    gain = _gain(facts, about, running)
+    gain = _room_gain(facts, about, running) or _gain(facts, about, running)
     missing = []
     if facts.missing.get("metrics"):
         missing.append(f"engine metrics: {facts.missing['metrics']} (KV usage, running counts)")
@@ -155,6 +179,18 @@ def rule(facts: RunFacts) -> list[Finding]:
             impact=max(0.0, 1 - 1 / gain.factor) if gain else 0.3,
         )
     ]
+
+
+def _admission_waits(facts: RunFacts) -> list[tuple[LevelFacts, list[Evidence]]]:
+    """Levels newcomers waited at for whole requests, which the configured cache cannot
+    hold: read where neither a knee nor the engine's counts show the limit."""
+    closed = facts.closed
+    found = []
+    for lower, upper in itertools.pairwise(closed):
+        wait = admission_wait(lower, upper)
+        if wait and _fit(facts, upper) is not None:
+            found.append((upper, wait))
+    return found
 
 
 def _capacity(facts: RunFacts, lv: LevelFacts) -> tuple[float, str] | None:
@@ -238,7 +274,23 @@ def _running(about: list[LevelFacts]) -> float | None:
 
 
 def _actions(facts: RunFacts) -> list[Action]:
-    actions = [flag_name_action(facts.engine, "mem_fraction", "give the KV cache more memory")]
+    actions = []
+    heaviest = max(facts.closed, key=lambda lv: lv.load, default=None)
+    if heaviest is not None:
+        tokens = _tokens_for(heaviest)
+        actions.append(
+            knob_action(
+                facts.engine,
+                "kv_cache_tokens",
+                tokens,
+                f"size the KV cache for {heaviest.load:g} requests of "
+                f"{heaviest.tokens_per_request:,.0f} tokens",
+            )
+        )
+    if engine_on_cpu(facts) is None:
+        actions.append(
+            flag_name_action(facts.engine, "mem_fraction", "give the KV cache more memory")
+        )
     model = facts.model
     if model is None or model.deployment.kv_dtype is KvDtype.BF16:
         actions.append(
@@ -247,6 +299,50 @@ def _actions(facts: RunFacts) -> list[Action]:
             )
         )
     return actions
+
+
+def _tokens_for(lv: LevelFacts) -> int:
+    """A cache for the level's requests, with headroom, in whole thousands of tokens."""
+    return 1024 * math.ceil(lv.load * lv.tokens_per_request * KV_HEADROOM / 1024)
+
+
+def _room_gain(
+    facts: RunFacts, about: list[LevelFacts], running: float | None
+) -> ExpectedGain | None:
+    """A cache that holds the heaviest level's requests (the first action): throughput
+    with them all running against what ran. The most is every request admitted at the
+    same TPOT (throughput grows with the running count); the model's throughput at the two
+    batches is the estimate where there is one, else the most. The least is no gain."""
+    if not about:
+        return None
+    lv = max(about, key=lambda level: level.load)
+    held = running or _held(facts, lv)
+    if not held or held >= lv.load:
+        return None
+    most = lv.load / held
+    factor, how = most, "every request admitted at the same TPOT"
+    if facts.model is not None:
+        inp, out = round(lv.input_tokens), max(round(lv.output_tokens), 1)
+        before = facts.model.total_tokens_per_s(max(round(held), 1), inp, out)
+        after = facts.model.total_tokens_per_s(round(lv.load), inp, out)
+        if before > 0 and after > before:
+            factor, how = min(after / before, most), "per the model at the two batches"
+    return ExpectedGain(
+        factor=fmt(factor),
+        metric="total throughput",
+        at=lv.label,
+        source="the cache's size and the sweep" + (", the model" if facts.model else ""),
+        text=f"a cache for all {lv.load:g} requests instead of {held:.3g}: about {factor:.2g}x "
+        f"at {lv.label} ({how}; at most {most:.2g}x)",
+        low=1.0,
+        high=fmt(most),
+    )
+
+
+def _held(facts: RunFacts, lv: LevelFacts) -> float | None:
+    """Requests of the level's size the configured cache holds."""
+    capacity = _capacity(facts, lv)
+    return capacity[0] / max(lv.tokens_per_request, 1.0) if capacity is not None else None
 
 
 def _gain(facts: RunFacts, about: list[LevelFacts], running: float | None) -> ExpectedGain | None:
@@ -260,7 +356,7 @@ def _gain(facts: RunFacts, about: list[LevelFacts], running: float | None) -> Ex
     if fp8 is None or base < 1:
         return None
     inp, out = round(lv.input_tokens), max(round(lv.output_tokens), 1)
-    wider = min(lv.load, 2 * base)
+    wider = float(round(min(lv.load, 2 * base)))
     before = model.total_tokens_per_s(round(base), inp, out)
     after = fp8.total_tokens_per_s(round(wider), inp, out)
     if before <= 0 or after <= before:
@@ -273,4 +369,6 @@ def _gain(facts: RunFacts, about: list[LevelFacts], running: float | None) -> Ex
         source="model",
         text=f"an fp8 KV cache holds twice the requests: up to {factor:.1f}x at {wider:g} "
         "concurrent, per the model",
+        low=1.0,
+        high=fmt(factor),
     )

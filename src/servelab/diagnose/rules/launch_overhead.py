@@ -17,16 +17,27 @@ finding below those on known settings.
 Under tensor parallelism the same per-step excess can be all-reduces slower than the
 model assumed; degraded links in the probe make `comm_latency` the likelier reading.
 
-The expected gain comes from the kernel floor (docs/DIAGNOSE.md derives it). Eager, a
+The expected gain of CUDA graphs is an interval (docs/DIAGNOSE.md derives it). Eager, a
 step costs at least its eager floor F_e (its kernels dispatched one by one); what the
-measured step T spends beyond it, T - F_e, is the engine's own (the scheduler, sampling
-set-up, host syncs, Python around each op). CUDA graphs turn the launches into a replay,
-the graph floor F_g, and are assumed to leave the rest: T_graphs = F_g + max(T - F_e, 0).
-That is the least graphs should give (a graph also skips the Python inside the forward);
-the most is removing the whole per-step excess beyond the floor.
+measured step T spends beyond it, T - F_e, is the engine's own: partly the Python around
+each op inside the forward pass (which a graph replay skips), partly the scheduler,
+sampling and host syncs outside it (which stay). The two ends:
+
+- least: all of the engine's own time stays, T_graphs = F_g + max(T - F_e, 0), with F_g
+  the graph floor (the same kernels replayed);
+- most: only the kernels' own time stays, T_graphs = max(F_g, u x T), with u the GPU's
+  busy share over the level (NVML utilization: the share of time a kernel ran, so u x T is
+  the kernel time of a step, which graphs do not shorten); without telemetry, F_g.
+
+One run does not say how the engine's own time splits: each of its milliseconds is as
+likely inside the forward pass as outside, so the point estimate is the TPOT halfway
+between the two ends (time adds; the middle of the interval in ratio terms, the geometric
+mean, would assume the split multiplies).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from servelab.diagnose.actions import knob_action, text_action
 from servelab.diagnose.facts import LevelFacts, RunFacts
@@ -235,26 +246,50 @@ def _ceiling_gain(low: LevelFacts, split: Split | None) -> tuple[float, str] | N
     return max(low.tpot_ms / remaining, 1.0) if remaining > 0 else 1.0, how
 
 
-def _graphs_gain(low: LevelFacts) -> tuple[float, float, float] | None:
-    """CUDA graphs on, from the measured step: (factor, TPOT with graphs, the engine's own
-    time beyond the eager floor); None where the floor says launches cost nothing graphs
-    can save, or the run is already at the graph floor."""
+@dataclass(frozen=True)
+class _GraphsGain:
+    """CUDA graphs on, from the measured step: TPOT with graphs at the interval's two ends,
+    and the engine's own time beyond the eager floor."""
+
+    measured_ms: float
+    slowest_ms: float
+    fastest_ms: float
+    fastest_source: str
+    own_ms: float
+
+    @property
+    def point_ms(self) -> float:
+        return (self.slowest_ms + self.fastest_ms) / 2
+
+    @property
+    def factor(self) -> float:
+        return self.measured_ms / self.point_ms
+
+
+def _graphs_gain(low: LevelFacts) -> _GraphsGain | None:
+    """None where the floor says launches cost nothing graphs can save, or the run is
+    already at the graph floor."""
     model, measured = low.model, low.tpot_ms
     if model is None or measured is None:
         return None
     if model.eager_floor_tpot_ms <= model.graph_floor_tpot_ms:
         return None
     own = max(measured - model.eager_floor_tpot_ms, 0.0)
-    with_graphs = model.graph_floor_tpot_ms + own
-    if with_graphs >= measured:
+    slowest = model.graph_floor_tpot_ms + own
+    if slowest >= measured:
         return None
-    return measured / with_graphs, with_graphs, own
+    fastest, source = model.graph_floor_tpot_ms, "the kernel floor with graphs"
+    util = low.gpu.util_mean_pct if low.gpu is not None else None
+    if util is not None and util / 100 * measured > fastest:
+        fastest = util / 100 * measured
+        source = f"the kernels' own time ({util:.3g}% GPU busy x {measured:.3g} ms)"
+    return _GraphsGain(measured, slowest, min(fastest, slowest), source, own)
 
 
 def _gain(
     low: LevelFacts,
     ceiling: tuple[float, str] | None,
-    graphs: tuple[float, float, float] | None,
+    graphs: _GraphsGain | None,
     *,
     unknown: bool = False,
 ) -> ExpectedGain | None:
@@ -269,20 +304,26 @@ def _gain(
             at=low.label,
             source="model (kernel floor) and the sweep",
             text=f"{how}: up to {top:.1f}x {metric}",
+            low=1.0,
+            high=fmt(top),
         )
-    factor, with_graphs, own = graphs
+    factor = graphs.factor
     top = max(top, factor)
+    least, most = graphs.measured_ms / graphs.slowest_ms, graphs.measured_ms / graphs.fastest_ms
     return ExpectedGain(
         factor=fmt(factor),
         metric=metric,
         at=low.label,
-        source="model (kernel floors) and the sweep",
+        source="model (kernel floors), the sweep and GPU telemetry",
         text=(
             (f"{_IF_OFF}, " if unknown else "")
-            + f"CUDA graphs on: about {factor:.1f}x {metric}, from {low.tpot_ms:.3g} ms to "
-            f"{with_graphs:.3g} ms: the kernel floor with graphs "
-            f"({low.model.graph_floor_tpot_ms:.3g} ms) plus the {own:.3g} ms the engine spends "
-            f"beyond its eager floor ({low.model.eager_floor_tpot_ms:.3g} ms); {how}: up to "
-            f"{top:.1f}x"
+            + f"CUDA graphs on: about {factor:.1f}x {metric} ({least:.2g}-{most:.2g}x), "
+            f"TPOT from {low.tpot_ms:.3g} ms to {graphs.slowest_ms:.3g}-"
+            f"{graphs.fastest_ms:.3g} ms: at most the kernel floor with graphs "
+            f"({low.model.graph_floor_tpot_ms:.3g} ms) plus the {graphs.own_ms:.3g} ms the "
+            f"engine spends beyond its eager floor ({low.model.eager_floor_tpot_ms:.3g} ms), "
+            f"at least {graphs.fastest_source}; {how}: up to {top:.1f}x"
         ),
+        low=fmt(least),
+        high=fmt(most),
     )

@@ -181,6 +181,8 @@ def _what_ifs(facts: RunFacts, lv: LevelFacts) -> list[tuple[Action, ExpectedGai
             at=lv.label,
             source="model",
             text=f"{what}: {factor:.2f}x the decode speed at {lv.label}, per the model",
+            low=1.0,
+            high=fmt(factor),
         )
         found.append((knob_action(facts.engine, knob, value, f"read fewer bytes: {what}"), gain))
     return found

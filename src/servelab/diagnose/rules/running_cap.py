@@ -229,6 +229,8 @@ def _gain(facts: RunFacts, limit: float, new_cap: int) -> ExpectedGain | None:
         at=f"concurrency {new_cap}",
         source="model",
         text=text + ", per the model",
+        low=1.0,
+        high=fmt(factor),
     )
 
 
