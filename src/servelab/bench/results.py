@@ -247,6 +247,11 @@ class RunInfo(BaseModel):
     workload: dict[str, str | int | float | bool | None]
     load: dict[str, str | int | float | list[float] | None]
     notes: list[str] = Field(default_factory=list)
+    applies: str | None = Field(
+        default=None,
+        description="RUN_DIR:KIND: the earlier run's finding whose action this run tries; "
+        "diagnose checks that finding's expected gain against this run.",
+    )
 
 
 class BenchSummary(BaseModel):

@@ -96,6 +96,8 @@ class BenchConfig:
     """Closed loop: choose the levels as they finish (bench.sweep), in place of `levels`."""
     torch_profile: ProfilePlan | None = None
     """Profile this level with the engine's torch profiler (bench.profile)."""
+    applies: str | None = None
+    """RUN_DIR:KIND: the finding whose action this run tries (diagnose.check)."""
     stop_early: Callable[[Sequence[LevelSummary]], SweepStop | None] | None = None
     """Asked after every level: a SweepStop ends the sweep there (a tuning trial that is
     already far behind the best one)."""
@@ -405,6 +407,7 @@ class _Session:
                 "workers": c.workers,
             },
             notes=list(preflight.notes),
+            applies=c.applies,
         )
 
     def _engine_exit_code(self) -> int | None:

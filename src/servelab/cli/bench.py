@@ -25,6 +25,7 @@ from servelab.bench.workload import (
 )
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
 from servelab.cli.options import (
+    AppliesFinding,
     Duration,
     EngineSpecPath,
     Gpus,
@@ -42,6 +43,7 @@ from servelab.cli.progress import SweepView
 from servelab.core.errors import ConfigError, ServelabError
 from servelab.core.units import parse_duration_s, parse_number_list, parse_slos
 from servelab.diagnose import DiagnoseOptions, diagnose_run
+from servelab.diagnose.check import parse_applies
 from servelab.engines.spec import load_spec
 from servelab.report.diagnosis import render_diagnosis, top_finding_lines
 from servelab.report.tables import render_sweep
@@ -140,6 +142,7 @@ def bench(
             " to RUN/profile/, their summary to trace_summary.json (see `servelab trace`)."
         ),
     ] = None,
+    applies: AppliesFinding = None,
     out: OutDir = None,
     name: Annotated[str | None, typer.Option(help="Run name. Default: from the URL.")] = None,
     runs_dir: RunsDir = DEFAULT_RUNS_DIR,
@@ -214,6 +217,7 @@ def bench(
             out=out,
             runs_root=runs_dir,
             command=["servelab", *sys.argv[1:]],
+            applies=parse_applies(applies).label if applies is not None else None,
             gpus=resolve_gpus(gpus) if gpus else [],
             metrics_url=base_url if metrics else None,
             torch_profile=(

@@ -15,6 +15,7 @@ import typer
 from servelab.core.errors import ConfigError
 
 __all__ = [
+    "AppliesFinding",
     "Duration",
     "EngineSpecPath",
     "Gpus",
@@ -29,6 +30,16 @@ __all__ = [
     "parse_url",
 ]
 
+AppliesFinding = Annotated[
+    str | None,
+    typer.Option(
+        "--applies",
+        metavar="RUN_DIR:KIND",
+        help="This run tries the action of that run's finding (e.g. a:kv_capacity): "
+        "`servelab diagnose` of this run checks the finding's expected gain against what it "
+        "measured.",
+    ),
+]
 OutDir = Annotated[
     Path | None, typer.Option("--out", help="Run directory. Default: RUNS_DIR/<UTC time>-<name>/.")
 ]

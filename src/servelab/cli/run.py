@@ -13,6 +13,7 @@ from servelab.bench.sweep import DEFAULT_MAX_CONCURRENCY
 from servelab.cli.bench import print_failures
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
 from servelab.cli.options import (
+    AppliesFinding,
     Duration,
     EngineSpecPath,
     Gpus,
@@ -28,6 +29,7 @@ from servelab.cli.progress import SweepView
 from servelab.cli.report import Targets, Title
 from servelab.core.errors import ConfigError
 from servelab.core.units import parse_duration_s, parse_number_list, parse_slos
+from servelab.diagnose.check import parse_applies
 from servelab.engines.embedded.cache import EMBEDDED_CPU_MAX_CONCURRENCY
 from servelab.engines.embedded.presets import DEFAULT_PRESET
 from servelab.engines.spec import load_spec
@@ -92,6 +94,7 @@ def run(
             " diagnose and the report read the summary."
         ),
     ] = None,
+    applies: AppliesFinding = None,
     out: OutDir = None,
     runs_dir: RunsDir = DEFAULT_RUNS_DIR,
     target: Targets = None,
@@ -143,6 +146,7 @@ def run(
             out=out,
             runs_root=runs_dir,
             command=["servelab", *sys.argv[1:]],
+            applies=parse_applies(applies).label if applies is not None else None,
             gpus=resolve_gpus(gpus) if gpus else [],
             metrics=metrics,
             torch_profile=float(torch_profile) if torch_profile is not None else None,

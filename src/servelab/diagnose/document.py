@@ -14,6 +14,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from servelab.bench.knee import Knee
+from servelab.diagnose.check import PredictionCheck
 from servelab.diagnose.findings import Finding
 
 __all__ = [
@@ -128,6 +129,11 @@ class Diagnosis(BaseModel):
         "and the engine's resolved settings, each with its source. The rules read them.",
     )
     notes: list[str] = Field(default_factory=list)
+    prediction: PredictionCheck | None = Field(
+        default=None,
+        description="This run applied an earlier run's finding (summary.json run.applies): "
+        "that finding's expected gain against what this run measured.",
+    )
 
     @property
     def top(self) -> Finding | None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from servelab.core.errors import ServelabError
+from servelab.diagnose.check import PredictionCheck, check_prediction, parse_applies
 from servelab.diagnose.collect import collect_facts
 from servelab.diagnose.deployment import launched_spec
 from servelab.diagnose.document import CeilingPoint, ConfiguredSetting, Diagnosis, SourceStatus
@@ -56,6 +58,7 @@ def diagnose_run(
         sources=_sources(facts, files.events_source, files.probe_source),
         notes=facts.notes,
         configuration=configuration(facts),
+        prediction=_prediction(facts.summary.run.applies, run_dir),
     )
     if write:
         RunDir(run_dir).write_diagnosis(diagnosis)
@@ -153,6 +156,23 @@ def _sources(facts: RunFacts, events: str, probe: str) -> dict[str, SourceStatus
         why = facts.missing.get(key)
         status[name] = SourceStatus(available=why is None, detail=why or present[key])
     return status
+
+
+def _prediction(applies: str | None, run_dir: Path) -> PredictionCheck | None:
+    if applies is None:
+        return None
+    try:
+        return check_prediction(parse_applies(applies), run_dir)
+    except ServelabError as exc:
+        return PredictionCheck(
+            applies=applies,
+            metric="-",
+            at=None,
+            predicted=None,
+            measured=None,
+            verdict="not measured",
+            text=f"{applies}: {exc}",
+        )
 
 
 def configuration(facts: RunFacts) -> list[ConfiguredSetting]:

@@ -86,6 +86,8 @@ class RunConfig:
     out: Path | None = None
     runs_root: Path | None = None
     command: list[str] = field(default_factory=list)
+    applies: str | None = None
+    """RUN_DIR:KIND: the finding whose action this run tries (diagnose.check)."""
     gpus: list[int] = field(default_factory=list)
     """NVML indices of the engine's GPUs to sample while the sweep runs."""
     metrics: bool = True
@@ -243,6 +245,7 @@ def _bench_config(config: RunConfig, name: str, plan: SweepPlan) -> BenchConfig:
         workload=workload,
         name=name,
         command=config.command,
+        applies=config.applies,
         gpus=config.gpus,
     )
 
