@@ -58,6 +58,10 @@ def test_the_story_study_raises_the_cap_and_a_rerun_continues_it(tmp_path: Path)
     assert trials[0]["params"] == {"knobs.max_running_requests": 64}
     assert trials[1]["role"] == "diagnose"
     assert trials[1]["params"]["knobs.max_running_requests"] > 64
+    # the diagnose trial carries the finding it applies, checked against what it measured
+    prediction = trials[1]["prediction"]
+    assert prediction["applies"].endswith(":running_request_cap"), prediction
+    assert prediction["measured"] is not None and prediction["verdict"] == "inside", prediction
     assert result["storage"] == "sqlite:///study.db (in the study folder)"
     (best,) = result["best"]
     gain = trials[best]["values"][0] / trials[0]["values"][0]

@@ -230,6 +230,11 @@ def best_lines(result: StudyResult) -> list[str]:
     if confirmation is not None and confirmation.text:
         stale = result.best[:1] != [confirmation.best_trial]
         lines.append(f"  {confirmation.text}" + (" (an earlier best)" if stale else ""))
+    lines += [
+        f"prediction: trial {row.number}: {row.prediction.text}"
+        for row in result.trials
+        if row.prediction is not None
+    ]
     if result.best_command:
         lines.append(f"command: {shlex.join(result.best_command)}")
     return lines

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from servelab.diagnose.check import PredictionCheck
+
 __all__ = [
     "CONFIRM_FILE",
     "SCHEMA",
@@ -123,6 +125,11 @@ class TrialRow(BaseModel):
     spec_yaml: str | None = Field(default=None, description="The launched spec (secrets hidden).")
     command: list[str] | None = Field(default=None, description="The engine's launch command.")
     model: LayoutModel | None = None
+    prediction: PredictionCheck | None = Field(
+        default=None,
+        description="A trial seeded from a diagnose action: that finding's expected gain "
+        "against what this trial measured beside the trial it was found in.",
+    )
 
     @field_validator("model", mode="before")
     @classmethod

@@ -22,9 +22,11 @@ from typing import Any, cast
 import optuna
 from pydantic import ValidationError
 
-from servelab.core.errors import ConfigError
+from servelab.core.errors import ConfigError, ServelabError
 from servelab.core.redact import MASK, register_secret
 from servelab.diagnose import Diagnosis
+from servelab.diagnose.check import Applies, check_prediction
+from servelab.diagnose.findings import FindingKind
 from servelab.engines.base import KNOB_NAMES, LAYOUT_NAMES
 from servelab.probe.report import ProbeReport
 from servelab.store import DEFAULT_RUNS_DIR, RunDir
@@ -212,6 +214,10 @@ def study_result(
         if "failed_trial" in t.system_attrs
     }
     rows = [_row(t, retried, study_dir) for t in trials]
+    rows = [
+        _with_prediction(row, trial, rows, study_dir)
+        for row, trial in zip(rows, trials, strict=True)
+    ]
     reused = {t.number for t in trials if t.user_attrs.get("same_as") is not None}
     best = _best(study, space, [r for r in rows if r.number not in reused])
     default = next(
@@ -379,7 +385,11 @@ def _seed_from_diagnosis(
                 continue
             study.enqueue_trial(
                 params,
-                user_attrs={"role": "diagnose", "action": action.text},
+                user_attrs={
+                    "role": "diagnose",
+                    "action": action.text,
+                    "applies": {"trial": default.number, "kind": finding.kind.value},
+                },
                 skip_if_exists=True,
             )
             seeded += 1
@@ -594,6 +604,25 @@ def _row(
         command=attrs.get("command"),
         model=_layout_model(attrs.get("model")),
     )
+
+
+def _with_prediction(
+    row: TrialRow, trial: optuna.trial.FrozenTrial, rows: list[TrialRow], study_dir: Path | None
+) -> TrialRow:
+    """A trial seeded from a diagnose action, with that finding's expected gain checked
+    against what it measured beside the trial it was found in."""
+    applies = trial.user_attrs.get("applies")
+    if not isinstance(applies, dict) or study_dir is None or row.run_dir is None:
+        return row
+    source = next((r for r in rows if r.number == applies.get("trial")), None)
+    if source is None or source.run_dir is None or row.state != "complete":
+        return row
+    try:
+        kind = FindingKind(applies.get("kind"))
+        check = check_prediction(Applies(study_dir / source.run_dir, kind), study_dir / row.run_dir)
+    except (ValueError, ServelabError, OSError):
+        return row
+    return row.model_copy(update={"prediction": check})
 
 
 def _layout_model(given: Any) -> LayoutModel | None:

@@ -61,7 +61,8 @@ __all__ = [
 OUTCOME = "outcome"
 """User attribute every trial that ended on its own carries (a stale one has none)."""
 TRIALS_DIR = "trials"
-_KEPT = frozenset({"role", "action"})
+_KEPT = frozenset({"role", "action", "applies"})
+"""What an enqueued trial was seeded with: who asked for it, and the finding it applies."""
 
 
 class TrialFailed(Exception):

@@ -210,7 +210,7 @@ def _new_cap(facts: RunFacts, limit: float) -> int:
 
 def _gain(facts: RunFacts, limit: float, new_cap: int) -> ExpectedGain | None:
     if facts.model is None:
-        return None
+        return _sweep_gain(facts, limit, new_cap)
     lv = (facts.after_knee() or facts.closed)[-1]
     inp, out = round(lv.input_tokens), max(round(lv.output_tokens), 1)
     before = facts.model.total_tokens_per_s(round(limit), inp, out)
@@ -223,14 +223,42 @@ def _gain(facts: RunFacts, limit: float, new_cap: int) -> ExpectedGain | None:
     if fits >= 2 * new_cap:
         further = facts.model.total_tokens_per_s(fits, inp, out) / before
         text += f"; the KV cache holds {fits:,} such requests, up to {further:.1f}x there"
+    # The model is a ceiling on speed: against what the run measured at that load, the
+    # most the new cap can give is the model's throughput there over the measured one.
+    at = next((level for level in facts.closed if level.load == new_cap), lv)
+    measured = at.summary.total_throughput or 0.0
+    most = max(factor, after / measured) if measured > 0 else factor
     return ExpectedGain(
         factor=fmt(factor),
         metric="total throughput",
         at=f"concurrency {new_cap}",
         source="model",
-        text=text + ", per the model",
+        text=text + f", per the model (at most {most:.2g}x of what this run measured there)",
         low=1.0,
-        high=fmt(factor),
+        high=fmt(most),
+    )
+
+
+def _sweep_gain(facts: RunFacts, limit: float, new_cap: int) -> ExpectedGain | None:
+    """Without the model: the most a larger cap gives is every admitted request running at
+    the same TPOT, throughput growing with the running count, at the heaviest level the
+    new cap still admits; the least is no gain."""
+    levels = [lv for lv in facts.closed if lv.load > limit]
+    if not levels or limit < 1:
+        return None
+    lv = max(levels, key=lambda level: min(level.load, new_cap))
+    most = min(lv.load, new_cap) / limit
+    if most <= 1:
+        return None
+    return ExpectedGain(
+        factor=fmt(most),
+        metric="total throughput",
+        at=lv.label,
+        source="the sweep (no model: an upper bound)",
+        text=f"raising the cap to {new_cap}: at most {most:.2g}x at {lv.label}, if every "
+        "admitted request ran at the same TPOT (no model to say how the step grows)",
+        low=1.0,
+        high=fmt(most),
     )
 
 

@@ -192,6 +192,10 @@ def _noise(study: StudyResult) -> list[Block]:
     if study.confirmation is not None:
         tone: Tone = "good" if study.confirmation.confirmed else "warn"
         lines.append((tone, sentence(study.confirmation.text), []))
+    for row in study.trials:
+        if row.prediction is not None:
+            mark: Tone = "good" if row.prediction.verdict == "inside" else "warn"
+            lines.append((mark, sentence(f"trial {row.number}: {row.prediction.text}"), []))
     if not lines:
         return []
     return [Paragraph("Is the best better, or luckier?"), Bullets(lines)]
