@@ -97,3 +97,22 @@ def test_bench_refuses_a_bad_applies_before_it_sends_anything(tmp_path: Path):
     )
     assert result.returncode == 2, result.stderr
     assert "is not a run directory" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("measured", "band", "verdict"),
+    [
+        (1.5, None, "inside"),
+        (8.4, (6.1, 12.4), "within noise"),
+        (8.4, (7.0, 9.9), "outside"),
+        (8.4, None, "outside"),
+    ],
+)
+def test_a_factor_outside_the_interval_whose_band_reaches_it_is_within_noise(
+    measured: float, band: tuple[float, float] | None, verdict: str
+):
+    from servelab.diagnose.check import _verdict
+    from servelab.diagnose.findings import ExpectedGain
+
+    gain = ExpectedGain(factor=5.4, metric="median TTFT", source="test", text="", low=1.2, high=6.4)
+    assert _verdict(gain, measured, band) == verdict

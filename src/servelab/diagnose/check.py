@@ -24,7 +24,10 @@ from servelab.store import REQUESTS_FILE, SUMMARY_FILE, RunDir
 
 __all__ = ["Applies", "PredictionCheck", "check_prediction", "parse_applies", "predicted_finding"]
 
-Verdict = Literal["inside", "outside", "no interval", "not measured"]
+Verdict = Literal["inside", "within noise", "outside", "no interval", "not measured"]
+"""inside: the measured factor lies in the predicted interval; within noise: it does not,
+but its noise band reaches into the interval (the two cannot be told apart); outside: the
+band too lies outside (or there is no band and the factor is outside)."""
 
 
 @dataclass(frozen=True)
@@ -112,8 +115,7 @@ def check_prediction(applies: Applies, run_b: Path) -> PredictionCheck:
         return _unmeasured(applies, gain, f"{field} missing at {gain.at}")
     measured = (a_value / b_value) if inverse else (b_value / a_value)
     band = _band(applies.run, run_b, level_a, level_b, field, inverse)
-    holds = gain.holds(measured)
-    verdict: Verdict = "no interval" if holds is None else "inside" if holds else "outside"
+    verdict = _verdict(gain, measured, band)
     return PredictionCheck(
         applies=applies.label,
         metric=gain.metric,
@@ -128,6 +130,18 @@ def check_prediction(applies: Applies, run_b: Path) -> PredictionCheck:
         verdict=verdict,
         text=_text(applies, gain, measured, band, verdict),
     )
+
+
+def _verdict(gain: ExpectedGain, measured: float, band: tuple[float, float] | None) -> Verdict:
+    holds = gain.holds(measured)
+    if holds is None:
+        return "no interval"
+    if holds:
+        return "inside"
+    assert gain.low is not None and gain.high is not None
+    if band is not None and band[0] <= gain.high and band[1] >= gain.low:
+        return "within noise"
+    return "outside"
 
 
 _READINGS = {

@@ -24,7 +24,8 @@ def render_diagnosis(diagnosis: Diagnosis) -> RenderableType:
     """The findings table, each finding's evidence and actions, the layers, the sources."""
     parts: list[RenderableType] = [_findings(diagnosis)]
     if diagnosis.prediction is not None:
-        style = {"inside": "green", "outside": "red"}.get(diagnosis.prediction.verdict, "yellow")
+        verdict = diagnosis.prediction.verdict
+        style = {"inside": "green", "outside": "red"}.get(verdict, "yellow")
         parts.append(Text(f"prediction check: {diagnosis.prediction.text}", style=style))
     parts += [_details(i, finding) for i, finding in enumerate(diagnosis.findings, 1)]
     parts += [_layers(layers) for layers in diagnosis.layers]

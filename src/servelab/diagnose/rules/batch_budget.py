@@ -46,7 +46,8 @@ from servelab.diagnose.findings import (
     Severity,
     Tally,
 )
-from servelab.diagnose.signals import MIN_QUEUED_MEAN, fmt, too_few_scrapes
+from servelab.diagnose.rules.running_cap import CAP_MATCH
+from servelab.diagnose.signals import MIN_QUEUED_MEAN, fmt, held_back, too_few_scrapes
 
 __all__ = [
     "CRITICAL_GAIN",
@@ -113,6 +114,9 @@ class _Reading:
     agreement: float
     tpot_ratio: float
     tpot_allowed: float
+    admission_held: bool = False
+    """The engine's counts show requests kept waiting below its running cap: the steps,
+    full of prefill chunks, were longer than a decode step because prompts filled them."""
 
     @property
     def step_ms(self) -> float:
@@ -121,7 +125,7 @@ class _Reading:
     @property
     def why_not(self) -> str | None:
         """Why this level is not read as the budget binding; None when it is."""
-        if self.tpot_ratio > self.tpot_allowed:
+        if self.tpot_ratio > self.tpot_allowed and not self.admission_held:
             return f"TPOT {self.tpot_ratio:.3g}x the lightest level's: decode slowed as well"
         if self.growth < TTFT_GROWTH_MIN:
             return f"median TTFT only {self.growth:.3g}x the lightest level's"
@@ -226,7 +230,21 @@ def _read(facts: RunFacts, light: LevelFacts, lv: LevelFacts, budget: int) -> _R
         agreement=(ttft - light_ttft) / (predicted - light_ttft),
         tpot_ratio=lv.tpot_ms / light.tpot_ms,
         tpot_allowed=DECODE_FLAT_RATIO * _decode_growth(facts, light, lv),
+        admission_held=_admission_held(facts, lv),
     )
+
+
+def _admission_held(facts: RunFacts, lv: LevelFacts) -> bool:
+    """Requests waited while fewer ran than the configured cap allows (or no cap is known):
+    the engine would not admit them for another reason than its cap. With a step budget,
+    a waiting prompt is admitted when a step has room for its chunk, so every step carries
+    prefill and lasts longer than a decode step: TPOT grows without decode being the
+    limit. That a full KV cache can hold them too is kv_capacity's to say."""
+    engine = lv.engine
+    if not held_back(lv) or engine is None or engine.running_max is None:
+        return False
+    cap = facts.engine.running_cap
+    return cap is None or engine.running_max < (1 - CAP_MATCH) * cap.value - 1
 
 
 def _decode_growth(facts: RunFacts, light: LevelFacts, lv: LevelFacts) -> float:
@@ -413,12 +431,22 @@ def _explanation(budget: int, source: str, target: _Reading) -> str:
         else f"a prompt of {prompt:,.0f} tokens takes {math.ceil(prompt / budget)} steps"
     )
     served = f"{whole} per step" if whole >= 1 else "one chunk of one prompt at a time"
+    if target.admission_held:
+        steps = (
+            f"A step lasts the level's TPOT ({target.step_ms:.3g} ms): {target.tpot_ratio:.3g}x "
+            "the lightest level's, because every step carried prefill chunks while requests "
+            "waited below the running cap (the engine's counts)"
+        )
+    else:
+        steps = (
+            f"A step lasts about a decode step ({target.step_ms:.3g} ms, the level's TPOT), and "
+            f"TPOT stayed within {target.tpot_ratio:.3g}x of the lightest level's, so decode "
+            "is not what slows"
+        )
     return (
         f"The engine puts at most {budget:,} tokens into one step ({source}), so {holds}. "
         f"When {target.prompts:g} requests arrive together their prefills are served "
-        f"{served}, and the median one waits about {target.steps} steps. A step lasts about "
-        f"a decode step ({target.step_ms:.3g} ms, the level's TPOT), and TPOT stayed within "
-        f"{target.tpot_ratio:.3g}x of the lightest level's, so decode is not what slows: the "
+        f"{served}, and the median one waits about {target.steps} steps. {steps}: the "
         "median TTFT grows with the concurrency by whole steps, as measured "
         f"({target.measured_ms:,.0f} ms against {target.predicted_ms:,.0f} ms predicted at "
         f"{target.level.label}). A larger budget lets one step take more of the prompts."

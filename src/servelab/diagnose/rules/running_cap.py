@@ -19,7 +19,7 @@ read as a cap.
 from __future__ import annotations
 
 from servelab.bench.knee import KNEE_GROWTH_PER_DOUBLING
-from servelab.diagnose.actions import knob_action
+from servelab.diagnose.actions import knob_action, text_action
 from servelab.diagnose.facts import LevelFacts, RunFacts
 from servelab.diagnose.findings import (
     Evidence,
@@ -63,6 +63,8 @@ def rule(facts: RunFacts) -> list[Finding]:
         limit = _knee_cap(facts, queueing)
     if limit is None:
         return []
+    if cap is not None and observed is not None and _below(observed, cap.value):
+        return [_not_binding(facts, held, observed, cap.value, cap.source)]
     if cap is not None:
         agrees = binding is not None and (observed is None or _near(observed, cap.value))
         configured = Evidence(
@@ -125,6 +127,51 @@ def rule(facts: RunFacts) -> list[Finding]:
             impact=max(0.0, 1 - 1 / gain.factor) if gain else 0.3,
         )
     ]
+
+
+def _not_binding(
+    facts: RunFacts, held: list[LevelFacts], observed: float, cap: int, source: str
+) -> Finding:
+    """Requests waited while the engine ran fewer than its configured cap: the cap is set
+    and does not bind, which is information, never the cause."""
+    evidence = [e for lv in held for e in held_back(lv)]
+    evidence.append(
+        Evidence(
+            what="configured running-request cap, above what ran",
+            value=cap,
+            unit="requests",
+            source=source,
+            supports=False,
+        )
+    )
+    return Finding(
+        kind=FindingKind.RUNNING_REQUEST_CAP,
+        title=f"the configured cap of {cap} does not bind: at most {observed:g} ran while "
+        "requests waited",
+        severity=Severity.INFO,
+        confidence=_WEIGHTS["metrics"],
+        evidence=evidence,
+        explanation=(
+            f"The engine would run {cap} requests at once, yet ran at most {observed:g} with "
+            "others waiting: something else admits no more (a full KV cache, a step's token "
+            "budget, the scheduler's own pace). Raising the cap would change nothing."
+        ),
+        actions=[
+            text_action(
+                "look at what else holds requests out: kv_capacity and batch_token_budget "
+                "read the cache's size and the step budget"
+            )
+        ],
+        missing=_missing(facts, observed),
+        levels=[lv.level for lv in held],
+        impact=0.05,
+    )
+
+
+def _below(observed: float, cap: int) -> bool:
+    """The engine ran well under its configured cap (past the sampling slack): something
+    other than the cap kept the requests waiting."""
+    return observed < (1 - CAP_MATCH) * cap - 1
 
 
 def _can_have_a_cap(facts: RunFacts) -> bool:
