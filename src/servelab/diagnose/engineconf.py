@@ -149,7 +149,9 @@ def _resolved(
 ) -> dict[str, Setting[Any]]:
     found: dict[str, Setting[Any]] = {}
     for name, rule in {**knobs, **layout}.items():
-        setting = _int_from_command(command, rule) or _switch_from_command(command, rule)
+        setting: Setting[Any] | None = _int_from_command(command, rule) or _switch_from_command(
+            command, rule
+        )
         if setting is None:
             text = _value_of(command, flags[0]) if len(flags := _flags_of(rule)) == 2 else None
             setting = Setting(text, f"engine command: {flags[0]} {text}") if text else None

@@ -618,7 +618,7 @@ def _with_prediction(
     if source is None or source.run_dir is None or row.state != "complete":
         return row
     try:
-        kind = FindingKind(applies.get("kind"))
+        kind = FindingKind(str(applies.get("kind")))
         check = check_prediction(Applies(study_dir / source.run_dir, kind), study_dir / row.run_dir)
     except (ValueError, ServelabError, OSError):
         return row
