@@ -7,11 +7,9 @@ is absent (a GPU box, a quick checkout) the tests that need vLLM skip, saying wh
 vLLM takes about a minute to start on two cores, so the suite starts it at most
 `LAUNCH_BUDGET` times, each taking a slot with `launch_slot`: one session-scoped engine
 every test that needs a live vLLM shares, one tuning study of two trials (two launches)
-whose run directories the sweep, diagnose and tune tests read, one launch the teardown
-test ends itself, and a planted step budget with its rerun (two launches, each once
-more when the client measured a pause of the machine). Every vLLM
-serves the embedded tiny model (the folder transformers serve runs on) with a 1 GiB KV
-cache and 1,024-token sequences:
+whose run directories the sweep, diagnose and tune tests read, and one launch the
+teardown test ends itself. Every vLLM serves the embedded tiny model (the folder
+transformers serve runs on) with a 1 GiB KV cache and 1,024-token sequences:
 
 - `vllm_kv_limited`: 12 KV blocks (`--num-gpu-blocks-override 12`, 1,536 tokens) and
   room for 64 running requests, so the cache, not the cap, stops admission; launched with
@@ -19,9 +17,6 @@ cache and 1,024-token sequences:
 - `vllm_tune_study`: `servelab tune` from `max_running_requests: 2` over the cap, the
   capped sweep's load (2, 8 and 64 concurrent requests) in each trial.
 - `vllm_capped_sweep`: that study's trial at a cap of 8 (`--max-num-seqs 8`).
-- `vllm_batch_runs`: `servelab bench --engine` twice (two launches): with 64 batched
-  tokens a step (`--max-num-batched-tokens 64`), streamed 512-token prompts at 1, 4 and
-  16 concurrent; then with diagnose's first action for it applied, the run saying so.
 
 Tests that need a real vLLM live under tests/vllm/, where these fixtures are visible.
 
@@ -44,11 +39,9 @@ import pytest
 
 from servelab.bench.results import BenchSummary
 from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
-from servelab.bench.trial import PROFILE_DIR, bench_engine, for_engine
+from servelab.bench.trial import PROFILE_DIR, for_engine
 from servelab.bench.workload import WorkloadSpec
 from servelab.core.processes import group_alive
-from servelab.diagnose import DiagnoseOptions, Diagnosis, diagnose_run
-from servelab.diagnose.findings import FindingKind
 from servelab.engines.base import EngineSpec, Knobs
 from servelab.engines.embedded import ensure_model
 from servelab.engines.launcher import RunningEngine
@@ -65,7 +58,7 @@ VLLM_VENV = Path(os.environ.get("SERVELAB_VLLM_VENV", REPO / ".venv-vllm"))
 VLLM_PYTHON = VLLM_VENV / "bin" / "python"
 VLLM_STAMP = VLLM_VENV / ".vllm-installed"
 
-LAUNCH_BUDGET = 8
+LAUNCH_BUDGET = 4
 """vLLM starts (a model loaded) the whole suite may make."""
 
 STARTUP_TIMEOUT_S = 300.0
@@ -151,6 +144,19 @@ def leftovers(pgid: int, host: str, port: int, before: set[int]) -> list[str]:
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.2)
+
+
+VLLM_TEST_TIMEOUT_S = 1500
+"""A test here may be the first to ask for a session fixture, whose launches and sweeps
+(the tuning study: two trials of a launch and three levels each, over five minutes on two
+cores) are charged to it; the suite's 300 s is for one test's own work."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.path).parents:
+            item.add_marker(pytest.mark.timeout(VLLM_TEST_TIMEOUT_S))
 
 
 @pytest.fixture(autouse=True)
@@ -377,78 +383,3 @@ def vllm_kv_limited_sweep(
 
 PAUSED_MS = 1000.0
 """A client event loop that did not run for a second: the machine, not the engine."""
-
-
-BATCH_TOKENS = 64
-"""The planted step budget: a 512-token prompt takes 8 steps, 16 of them 128."""
-BATCH_LEVELS = [1.0, 4.0, 16.0]
-BATCH_WORKLOAD = WorkloadSpec(input_len=512, output_len=32)
-"""Streamed (TTFT is what the budget moves), with short replies: on two cores vLLM's API
-server keeps up with the tokens of 16 streams of 32."""
-
-
-@dataclass(frozen=True)
-class BatchRuns:
-    """The planted budget's run, diagnose's first finding on it, and the rerun (None when
-    diagnose named no budget to apply)."""
-
-    planted: Path
-    diagnosis: Diagnosis
-    applied: Path | None
-
-
-def _bench_launched(spec: EngineSpec, out: Path, what: str, applies: str | None = None) -> Path:
-    """`servelab bench --engine` into `out`: once more (a launch more) when the client's
-    event loop stood still for over a second (a pause of the machine, not the engine)."""
-    for attempt in range(2):
-        launch_slot(what if not attempt else f"{what}, again")
-        config = BenchConfig(
-            url="http://127.0.0.1",
-            levels=BATCH_LEVELS,
-            duration_s=8.0,
-            warmup=8,
-            workload=BATCH_WORKLOAD,
-            out=out if not attempt else out.with_name(f"{out.name}-again"),
-            name=out.name,
-            applies=applies,
-        )
-        outcome = bench_engine(spec, config, metrics=True)
-        assert outcome.summary.status == "complete", outcome.summary.failure
-        stalls = [
-            lv.client.max_loop_lag_ms
-            for lv in outcome.summary.levels
-            if lv.client is not None and (lv.client.max_loop_lag_ms or 0.0) > PAUSED_MS
-        ]
-        if not stalls or attempt:
-            return outcome.run_dir
-        warnings.warn(
-            f"{what}: the client's loop stood still {max(stalls):.0f} ms; run again", stacklevel=1
-        )
-    raise AssertionError("unreachable")
-
-
-@pytest.fixture(scope="session")
-def vllm_batch_runs(
-    vllm_spec: Callable[..., EngineSpec], tmp_path_factory: pytest.TempPathFactory
-) -> BatchRuns:
-    """A step budget of 64 tokens swept and diagnosed; the budget diagnose asks for swept
-    again, its run naming the finding it applies. Two launches."""
-    folder = tmp_path_factory.mktemp("vllm-batch")
-
-    def spec(tokens: int) -> EngineSpec:
-        knobs = Knobs(max_model_len=MAX_MODEL_LEN, max_running_requests=16, max_batch_tokens=tokens)
-        return vllm_spec(knobs=knobs)
-
-    planted = _bench_launched(spec(BATCH_TOKENS), folder / "planted", "a step budget of 64")
-    diagnosis = diagnose_run(planted, DiagnoseOptions(engine="vllm"))
-    finding = next(
-        (f for f in diagnosis.findings if f.kind is FindingKind.BATCH_TOKEN_BUDGET), None
-    )
-    value = finding.actions[0].value if finding is not None and finding.actions else None
-    if not isinstance(value, int):
-        return BatchRuns(planted, diagnosis, None)
-    applies = f"{planted}:{FindingKind.BATCH_TOKEN_BUDGET.value}"
-    applied = _bench_launched(
-        spec(value), folder / "applied", f"the budget raised to {value}", applies
-    )
-    return BatchRuns(planted, diagnosis, applied)
