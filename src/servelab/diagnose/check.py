@@ -118,11 +118,7 @@ def check_prediction(applies: Applies, run_b: Path) -> PredictionCheck:
     verdict = _verdict(gain, measured, band)
     return PredictionCheck(
         applies=applies.label,
-        metric=gain.metric,
-        at=gain.at,
-        predicted=gain.factor,
-        low=gain.low,
-        high=gain.high,
+        **_stated(gain),
         measured=round(measured, 3),
         band_lo=round(band[0], 3) if band else None,
         band_hi=round(band[1], 3) if band else None,
@@ -209,14 +205,21 @@ def _why_no_band(run_a: Path, run_b: Path) -> str:
     return "no band: too few requests at that level in one of the runs"
 
 
+def _stated(gain: ExpectedGain) -> dict[str, Any]:
+    """What the finding predicted, as a check's fields."""
+    return {
+        "metric": gain.metric,
+        "at": gain.at,
+        "predicted": gain.factor,
+        "low": gain.low,
+        "high": gain.high,
+    }
+
+
 def _unmeasured(applies: Applies, gain: ExpectedGain, why: str) -> PredictionCheck:
     return PredictionCheck(
         applies=applies.label,
-        metric=gain.metric,
-        at=gain.at,
-        predicted=gain.factor,
-        low=gain.low,
-        high=gain.high,
+        **_stated(gain),
         measured=None,
         verdict="not measured",
         text=f"{applies.label}: predicted {gain.factor:g}x {gain.metric}; not measured here: {why}",
