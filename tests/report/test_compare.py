@@ -247,15 +247,20 @@ def embedded_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: root / name for name in runs}
 
 
-def test_two_runs_of_one_configuration_are_within_noise(embedded_runs, tmp_path: Path):
+def test_two_runs_of_one_configuration_differ_less_than_a_changed_knob(
+    embedded_runs, tmp_path: Path
+):
+    """A band is drawn within each run and cannot see the machine wander between runs: six
+    identical demo-sized runs on a 2-core machine read 22 of 135 banded changes "outside
+    noise", the largest 21% (benchmarks/README.md). What holds is the size: a repeat moves
+    every banded metric by less than the changed knob moves TTFT (+85%)."""
     a, a2 = (load_report_run(embedded_runs[k]) for k in ("a", "a2"))
-    deltas = compare_runs(a, a2)
-    banded = [d for d in deltas if d.band is not None]
+    banded = [d for d in compare_runs(a, a2) if d.band is not None]
     assert len(banded) >= 8  # throughputs, single stream, TTFT and TPOT p50 at 1 and 4
-    assert all(d.verdict == "within noise" for d in banded), [d.text for d in banded]
+    assert all(abs(d.change) < 0.4 for d in banded), [d.text for d in banded]
     files = write_report([embedded_runs["a"], embedded_runs["a2"]], out=tmp_path / "cmp")
     text = files.markdown.read_text()
-    assert "B: every change within noise" in text
+    assert f"{len(banded)} noise bands" in text
 
 
 def test_a_changed_knob_shows_outside_noise_in_the_report(embedded_runs, tmp_path: Path):
@@ -265,7 +270,7 @@ def test_a_changed_knob_shows_outside_noise_in_the_report(embedded_runs, tmp_pat
         for d in compare_runs(a, chunked)
         if d.metric.name == "TTFT p50" and d.load == "concurrency 1"
     )
-    assert ttft.verdict == "worse" and ttft.change > 0.3, ttft.text
+    assert ttft.verdict == "worse" and ttft.change > 0.5, ttft.text
     files = write_report(
         [embedded_runs["a"], embedded_runs["chunked"]], out=tmp_path / "cmp", title="<b>x</b>"
     )

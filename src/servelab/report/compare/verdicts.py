@@ -3,9 +3,11 @@ band, and a verdict a person can repeat ("+56% total tok/s at concurrency 64, ou
 noise").
 
 A change is *outside noise* when its bootstrap band (bench.noise) leaves 1 out and it
-is at least MIN_EFFECT: the band is drawn within each run, and repeating a run on the
-same machine moves a level by a few percent more than that band shows (benchmarks/
-README.md: repeated demo runs differ by up to ~2.5% at concurrency 1–4). Where a run has
+is at least MIN_EFFECT. The band is drawn within each run and cannot see the machine
+wander between runs: on a 2-core machine six identical demo-sized runs read 22 of their
+135 banded changes "outside noise", up to 21% (benchmarks/README.md), so a verdict
+between single runs is a within-run verdict, and a repeat is what measures the rest.
+Where a run has
 only level summaries (an import of a peer's file), the change is shown and no band is
 drawn, and the verdict says so.
 """
