@@ -7,9 +7,8 @@ is at least MIN_EFFECT. The band is drawn within each run and cannot see the mac
 wander between runs: on a 2-core machine six identical demo-sized runs read 22 of their
 135 banded changes "outside noise", up to 21% (benchmarks/README.md), so a verdict
 between single runs is a within-run verdict, and a repeat is what measures the rest.
-Where a run has
-only level summaries (an import of a peer's file), the change is shown and no band is
-drawn, and the verdict says so.
+Where a run has only level summaries (an import of a peer's file), the change is shown
+and no band is drawn, and the verdict says so.
 """
 
 from __future__ import annotations
