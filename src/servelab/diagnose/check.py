@@ -22,7 +22,14 @@ from servelab.core.errors import ConfigError, ServelabError
 from servelab.diagnose.findings import ExpectedGain, Finding, FindingKind
 from servelab.store import REQUESTS_FILE, SUMMARY_FILE, RunDir
 
-__all__ = ["Applies", "PredictionCheck", "check_prediction", "parse_applies", "predicted_finding"]
+__all__ = [
+    "Applies",
+    "PredictionCheck",
+    "check_applied",
+    "check_prediction",
+    "parse_applies",
+    "predicted_finding",
+]
 
 Verdict = Literal["inside", "within noise", "outside", "no interval", "not measured"]
 """inside: the measured factor lies in the predicted interval; within noise: it does not,
@@ -88,6 +95,15 @@ def predicted_finding(run: Path, kind: FindingKind) -> Finding | None:
     return next((f for f in diagnosis.findings if f.kind is kind), None)
 
 
+def check_applied(applies: str, run_b: Path) -> PredictionCheck:
+    """The check of a run's recorded `applies` text; a finding that cannot be read back
+    (the run gone, a kind unknown) is a check that was not measured, with the reason."""
+    try:
+        return check_prediction(parse_applies(applies), run_b)
+    except ServelabError as exc:
+        return _not_checked(applies, None, "not measured", f"{applies}: {exc}")
+
+
 def check_prediction(applies: Applies, run_b: Path) -> PredictionCheck:
     """Measure B against A where the finding's gain says, and judge the prediction."""
     summary_b = RunDir(run_b).load_summary(BenchSummary)
@@ -96,15 +112,7 @@ def check_prediction(applies: Applies, run_b: Path) -> PredictionCheck:
     gain = finding.expected_gain if finding is not None else None
     if summary_a is None or summary_b is None or gain is None:
         said = "no such finding" if finding is None else "no expected gain"
-        return PredictionCheck(
-            applies=applies.label,
-            metric=gain.metric if gain else "-",
-            at=gain.at if gain else None,
-            predicted=None,
-            measured=None,
-            verdict="no interval",
-            text=f"{applies.label}: {said} to check",
-        )
+        return _not_checked(applies.label, gain, "no interval", f"{applies.label}: {said} to check")
     level_a, level_b = _level(summary_a, gain.at), _level(summary_b, gain.at)
     reading = _reading(gain.metric)
     if level_a is None or level_b is None or reading is None:
@@ -217,13 +225,20 @@ def _stated(gain: ExpectedGain) -> dict[str, Any]:
 
 
 def _unmeasured(applies: Applies, gain: ExpectedGain, why: str) -> PredictionCheck:
-    return PredictionCheck(
-        applies=applies.label,
-        **_stated(gain),
-        measured=None,
-        verdict="not measured",
-        text=f"{applies.label}: predicted {gain.factor:g}x {gain.metric}; not measured here: {why}",
+    return _not_checked(
+        applies.label,
+        gain,
+        "not measured",
+        f"{applies.label}: predicted {gain.factor:g}x {gain.metric}; not measured here: {why}",
     )
+
+
+def _not_checked(
+    label: str, gain: ExpectedGain | None, verdict: Verdict, text: str
+) -> PredictionCheck:
+    """A check with nothing measured: what was predicted where there was a gain."""
+    stated = _stated(gain) if gain else {"metric": "-", "at": None, "predicted": None}
+    return PredictionCheck(applies=label, **stated, measured=None, verdict=verdict, text=text)
 
 
 def _text(

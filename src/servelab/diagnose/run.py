@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servelab.core.errors import ServelabError
-from servelab.diagnose.check import PredictionCheck, check_prediction, parse_applies
+from servelab.diagnose.check import check_applied
 from servelab.diagnose.collect import collect_facts
 from servelab.diagnose.deployment import launched_spec
 from servelab.diagnose.document import CeilingPoint, ConfiguredSetting, Diagnosis, SourceStatus
@@ -45,6 +44,7 @@ def diagnose_run(
     files = load_run(run_dir, engine=options.engine, probe=options.probe)
     facts = collect_facts(files, options)
     findings = rank(_discount([f for rule in RULES for f in rule(facts)]))
+    applies = facts.summary.run.applies
     diagnosis = Diagnosis(
         run_dir=str(run_dir),
         run_name=facts.summary.run.name,
@@ -58,7 +58,7 @@ def diagnose_run(
         sources=_sources(facts, files.events_source, files.probe_source),
         notes=facts.notes,
         configuration=configuration(facts),
-        prediction=_prediction(facts.summary.run.applies, run_dir),
+        prediction=check_applied(applies, run_dir) if applies else None,
     )
     if write:
         RunDir(run_dir).write_diagnosis(diagnosis)
@@ -156,23 +156,6 @@ def _sources(facts: RunFacts, events: str, probe: str) -> dict[str, SourceStatus
         why = facts.missing.get(key)
         status[name] = SourceStatus(available=why is None, detail=why or present[key])
     return status
-
-
-def _prediction(applies: str | None, run_dir: Path) -> PredictionCheck | None:
-    if applies is None:
-        return None
-    try:
-        return check_prediction(parse_applies(applies), run_dir)
-    except ServelabError as exc:
-        return PredictionCheck(
-            applies=applies,
-            metric="-",
-            at=None,
-            predicted=None,
-            measured=None,
-            verdict="not measured",
-            text=f"{applies}: {exc}",
-        )
 
 
 def configuration(facts: RunFacts) -> list[ConfiguredSetting]:

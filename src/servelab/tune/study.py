@@ -9,6 +9,7 @@ finished ones or its time budget ends, and rewrites study.json after each.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -25,7 +26,7 @@ from pydantic import ValidationError
 from servelab.core.errors import ConfigError, ServelabError
 from servelab.core.redact import MASK, register_secret
 from servelab.diagnose import Diagnosis
-from servelab.diagnose.check import Applies, check_prediction
+from servelab.diagnose.check import Applies, PredictionCheck, check_prediction
 from servelab.diagnose.findings import FindingKind
 from servelab.engines.base import KNOB_NAMES, LAYOUT_NAMES
 from servelab.probe.report import ProbeReport
@@ -619,10 +620,18 @@ def _with_prediction(
         return row
     try:
         kind = FindingKind(str(applies.get("kind")))
-        check = check_prediction(Applies(study_dir / source.run_dir, kind), study_dir / row.run_dir)
+        check = _checked(study_dir / source.run_dir, kind, study_dir / row.run_dir)
     except (ValueError, ServelabError, OSError):
         return row
     return row.model_copy(update={"prediction": check})
+
+
+@functools.lru_cache(maxsize=256)
+def _checked(source: Path, kind: FindingKind, run: Path) -> PredictionCheck:
+    """A complete trial's check, computed once: the study document is written after every
+    trial, and both runs' files no longer change (the check diagnoses the source run and
+    bootstraps both runs' requests)."""
+    return check_prediction(Applies(source, kind), run)
 
 
 def _layout_model(given: Any) -> LayoutModel | None:
