@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from servelab import __version__
+from servelab.report.compare.predictions import Checked, prediction_checks, prediction_table
 from servelab.report.compare.verdicts import MetricDelta, compare_all
 from servelab.report.document import Block, Paragraph, Report, Section, Table, Tone
 from servelab.report.inputs import ReportRun
@@ -39,6 +40,7 @@ def build_comparison(
     """Runs[0] is the baseline; every other run is compared with it."""
     labels = run_labels(runs)
     deltas = compare_all(runs, labels)
+    checked = prediction_checks(runs, labels)
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     names = " · ".join(f"{label}: {run.name}" for label, run in zip(labels, runs, strict=True))
     return Report(
@@ -48,12 +50,13 @@ def build_comparison(
             _goal(runs, labels, targets),
             _side_by_side("machine", "Machine", runs, labels, machine_section),
             _side_by_side("engine", "Engine", runs, labels, engine_section),
-            _results(runs, labels, deltas),
+            _results(runs, labels, deltas, checked),
             _side_by_side("findings", "Findings", runs, labels, findings_section),
             _side_by_side("status", "Status", runs, labels, lambda r: status_section(r, targets)),
         ],
         generator=f"servelab {__version__}, {stamp}",
-        headline=[line for label in labels[1:] for line in _headline(label, deltas[label])],
+        headline=[(c.tone, f"{c.text}.") for c in checked]
+        + [line for label in labels[1:] for line in _headline(label, deltas[label])],
     )
 
 
@@ -98,9 +101,12 @@ def _side_by_side(
 
 
 def _results(
-    runs: Sequence[ReportRun], labels: list[str], deltas: dict[str, list[MetricDelta]]
+    runs: Sequence[ReportRun],
+    labels: list[str],
+    deltas: dict[str, list[MetricDelta]],
+    checked: list[Checked],
 ) -> Section:
-    blocks: list[Block] = []
+    blocks: list[Block] = [prediction_table(checked)] if checked else []
     for label, changes in deltas.items():
         if not changes:
             blocks.append(Paragraph(f"{label} and {labels[0]} share no load level to compare."))
