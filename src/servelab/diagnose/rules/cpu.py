@@ -114,11 +114,15 @@ def _bound(
             if free is not None
             else "the machine's idle cores were not measured"
         )
+        # Not a setting of this engine on this machine: a thread on a core the load
+        # generator also uses stalls the steps (OpenMP threads spin while they wait).
         actions = [
-            text_action(
-                f"no whole core was idle to give it ({busy} at {knee.label}): measure on a "
-                "machine with more cores, or send the load from another machine "
-                "(servelab bench --url) and give the engine the cores the client used"
+            Action(
+                text=f"none on this machine: no whole core was idle to give it ({busy} at "
+                f"{knee.label}), and a thread sharing the load generator's core stalls the "
+                "steps; with more cores, or the load sent from another machine (servelab "
+                "bench --url), give it more threads (env OMP_NUM_THREADS)",
+                available=False,
             )
         ]
     return Finding(
