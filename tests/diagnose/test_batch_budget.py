@@ -186,3 +186,38 @@ def test_sglang_is_told_its_own_flags(tmp_path: Path):
     assert top.actions[0].flags == ["--max-prefill-tokens", "1024"]
     chunk = top.actions[1]
     assert chunk.flags == ["--chunked-prefill-size", "1024"] and chunk.conditional
+
+
+def test_requests_held_below_the_cap_read_the_budget_and_widen_the_steady_end(tmp_path: Path):
+    """vLLM with 128 tokens a step and room for 64: its counts show 8 and 20 running of
+    64 allowed while the rest waited, and TPOT grew 1.8x and 2.5x: the budget held the
+    prompts back, and every step carried prefill chunks. Such a level is read as the
+    budget; the steps a budget that admits the prompts would take are nearer a decode
+    step, so the steady end of the gain takes the lightest level's 10 ms step, the waves
+    end the measured 25 ms."""
+
+    def counts(running: float, queued: float) -> LevelTelemetry:
+        return telemetry(
+            engine={
+                "running_mean": running,
+                "running_max": running,
+                "queued_mean": queued,
+                "queued_max": queued,
+            }
+        )
+
+    ttft, tpot = (45.0, 95.0, 360.0, 2500.0), (10.0, 12.0, 18.0, 25.0)
+    engine = [counts(1, 0), counts(4, 0), counts(8, 8), counts(20, 44)]
+    command = [*_vllm(128), "--max-num-seqs", "64"]
+    held = _budget(_run(tmp_path / "held", command, _levels(ttft, tpot, engine=engine)))
+    assert held is not None and held.levels == [1, 2, 3]
+    gain = held.expected_gain
+    assert gain is not None and gain.at == "concurrency 64"
+    # A budget of 1,024 (8x); floor 45 - 3 x 10 = 15 ms. In waves the median of 64 prompts
+    # waits 16 steps of the measured 25 ms: 15 + 15 x 25 = 390 ms; steadily (64 / 129 x 512
+    # tokens a step and 64 decodes fit 1,024) one step of the lightest level's 10 ms: 25 ms.
+    assert gain.low == pytest.approx(2500 / 390, rel=0.01)
+    assert gain.high == pytest.approx(2500 / 25, rel=0.01)
+    # the same TPOT growth without counts that show requests held: decode slowed, not read
+    unheld = _budget(_run(tmp_path / "unheld", command, _levels(ttft, tpot)))
+    assert unheld is None or unheld.levels == [1]

@@ -296,8 +296,13 @@ def _gain(
       the new budget, a prompt waits at most the step in progress: the shortest TTFT.
 
     The lightest level's TTFT less the prefill steps the new budget saves there is the
-    floor both start from. The point estimate is the middle of the interval in ratio
-    terms (the two patterns are far apart in TTFT; a real loop sits between them).
+    floor both start from. Where the engine held requests back below its running cap, the
+    measured steps were full of prefill chunks because the budget kept the prompts
+    waiting; a budget that admits them leaves steps nearer a decode step. The steady end
+    then takes the lightest level's step (grown as the model's decode grows), the waves
+    end keeps the measured one: the interval spans both. The point estimate is the middle
+    of the interval in ratio terms (the two patterns are far apart in TTFT; a real loop
+    sits between them).
     None when no gain is predicted: then the prefills' compute, not the step count, is
     the wait."""
     light_ttft, light_step = light.summary.median_ttft_ms or 0.0, light.tpot_ms or 0.0
@@ -305,15 +310,19 @@ def _gain(
     saved = _steps(light_prompts, light.input_tokens, budget)
     saved -= _steps(light_prompts, light.input_tokens, new)
     floor = max(light_ttft - saved * light_step, light_step)
-    step = target.step_ms
-    if facts.model is not None:
-        step += max(0.0, facts.model.prefill_ms(new) - facts.model.prefill_ms(budget))
     lv = target.level
+    step = short = target.step_ms
+    if target.admission_held:
+        short = min(step, light_step * _decode_growth(facts, light, lv))
+    if facts.model is not None:
+        extra_ms = max(0.0, facts.model.prefill_ms(new) - facts.model.prefill_ms(budget))
+        step, short = step + extra_ms, short + extra_ms
     after = _steps(target.prompts, lv.input_tokens, new)
     waves = floor + max(after - 1, 0) * step
     per_prompt = math.ceil(lv.input_tokens / new)
     arriving = target.prompts / max(lv.output_tokens + per_prompt, 1.0) * lv.input_tokens
-    steady = min(floor + step, waves) if arriving + target.prompts <= new else waves
+    shortest = floor + max(after - 1, 0) * short
+    steady = min(floor + short, shortest) if arriving + target.prompts <= new else shortest
     factor = target.measured_ms / math.sqrt(waves * steady)
     if factor <= 1.0:
         return None

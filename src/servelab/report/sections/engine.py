@@ -41,7 +41,7 @@ def engine_section(run: ReportRun) -> Section:
     spec = engine.get("spec")
     if isinstance(spec, str) and spec.strip():
         blocks += [
-            Paragraph("The spec (servelab engine start SPEC, servelab run --engine SPEC):"),
+            Paragraph("The spec (servelab engine up SPEC, servelab run --engine SPEC):"),
             Code(spec, "yaml"),
         ]
     released = engine.get("gpu_memory_released")
