@@ -22,8 +22,9 @@ from rich.table import Table
 from servelab.cli.exit_codes import handle_errors
 from servelab.cli.options import check_range
 from servelab.core.errors import ConfigError
-from servelab.core.units import parse_duration_s
+from servelab.core.units import parse_duration_s, parse_number_list
 from servelab.engines.base import KNOB_NAMES, EngineSpec
+from servelab.engines.embedded.cache import EMBEDDED_CPU_MAX_CONCURRENCY
 
 if TYPE_CHECKING:
     from servelab.engines.check import CacheCheck, SpecCheck
@@ -123,6 +124,15 @@ def check(
     output_len: Annotated[
         int | None, typer.Option(help="Output tokens of the load (with --input-len).")
     ] = None,
+    concurrency: Annotated[
+        str | None,
+        typer.Option(
+            help="Concurrency levels of the load, as `servelab run --concurrency` (1,4,16) or "
+            "its --max-concurrency (64): a cache servelab sizes is sized for the largest, as "
+            "run sizes it. Default: what run's auto sweep sizes for (the embedded engine on "
+            f"the CPU: {EMBEDDED_CPU_MAX_CONCURRENCY}). Needs --input-len and --output-len."
+        ),
+    ] = None,
     json_output: JsonFlag = False,
 ) -> None:
     """Print the exact command and environment of a spec, check every flag, and read its
@@ -133,9 +143,12 @@ def check(
     named version; an unknown flag gets the closest valid name. The NCCL variables
     (NCCL_P2P_LEVEL, NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, channel counts, NCCL_IB_*,
     NCCL_NVLS_ENABLE), CUDA_VISIBLE_DEVICES and the layout are read against the probe:
-    each contradiction with its evidence and a fix. Exit code 2 when a flag is unknown,
-    the layout cannot run there, or the spec is invalid; warnings alone exit 0. Nothing
-    is started.
+    each contradiction with its evidence and a fix. With --input-len and --output-len, the
+    KV cache servelab sizes (the embedded engine on the CPU) is sized for that load as
+    `servelab run` sizes it, unless the spec gives kv_cache_tokens, and the line says which.
+    Exit code 2 when a flag is unknown, the layout cannot run there, the cache cannot hold
+    one request of the load, or the spec is invalid; warnings alone exit 0. Nothing is
+    started.
     """
     out, err = _out(), Console(stderr=True)
     with handle_errors(err):
@@ -150,8 +163,17 @@ def check(
         check_range("--output-len", output_len, low=1)
         if (input_len is None) != (output_len is None):
             raise ConfigError("--input-len and --output-len go together")
+        if concurrency is not None and input_len is None:
+            raise ConfigError(
+                "--concurrency sizes the cache for a load: give its --input-len "
+                "and --output-len too"
+            )
         lengths = (input_len, output_len) if input_len and output_len else None
-        result = check_spec(spec, use_installed=not recorded, lengths=lengths)
+        level = None
+        if concurrency is not None:
+            levels = parse_number_list(concurrency, what="--concurrency", integer=True)
+            level = int(max(levels))
+        result = check_spec(spec, use_installed=not recorded, lengths=lengths, concurrency=level)
         if not no_machine:
             result = _against_machine(result, spec, probe)
         if json_output:
@@ -379,6 +401,7 @@ def _print_check(out: Console, result: SpecCheck) -> None:
         out.print(f"note    {escape(note)}")
     if result.cache is not None:
         out.print(f"cache   {_cache_words(result.cache)}")
+        out.print(f"        from {escape(result.cache.source)}")
     if result.flags_source is not None:
         if not result.unknown_flags:
             out.print(f"flags   all accepted, per {escape(result.flags_source)}")
@@ -404,13 +427,18 @@ def _print_check(out: Console, result: SpecCheck) -> None:
 def _cache_words(cache: CacheCheck) -> str:
     mib = 2**20
     words = (
-        f"{cache.tokens:,} tokens ({cache.blocks} blocks, {cache.kv_bytes / mib:,.0f} MiB), "
+        f"{cache.tokens:,} tokens ({_count(cache.blocks, 'block')}, "
+        f"{cache.kv_bytes / mib:,.0f} MiB), "
         f"{cache.batch_tokens:,} batch tokens ({cache.mask_bytes / mib:,.0f} MiB of masks)"
     )
     if cache.requests_held is not None:
         size = (cache.input_len or 0) + (cache.output_len or 0)
         words += f"; holds {cache.requests_held:,} requests of {size:,} tokens"
     return words
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"
 
 
 def _out() -> Console:

@@ -4,7 +4,9 @@ Nothing is started and nothing is built: the embedded engine's model folder is n
 not generated. The flags (mapped knobs and extra_args alike) are checked against the
 installed engine's `--help` when it runs, else against the recorded list of a named
 version; an engine with neither is reported as not validated. Against a probe, its
-NCCL variables and layout are read against the machine (`machine_check`).
+NCCL variables and layout are read against the machine (`machine_check`). Given a load
+(prompt and output tokens, and the largest concurrency), a cache servelab sizes is sized
+for it as `servelab run` would, so the check shows the launch run makes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from servelab.engines.base import EngineSpec
+from servelab.engines.embedded.cache import DEFAULT_CPU_KV_CACHE_TOKENS
 from servelab.engines.flagcheck import (
     CliFlags,
     FlagProblem,
@@ -43,6 +46,10 @@ class CacheCheck(BaseModel):
     output_len: int | None = None
     requests_held: int | None = Field(
         default=None, description="Requests of input_len + output_len held at once."
+    )
+    source: str = Field(
+        description="Where the size came from: the spec's kv_cache_tokens, the load it was "
+        "sized for, or the default of an engine started with no load in view."
     )
 
     @property
@@ -113,11 +120,13 @@ def check_spec(
     *,
     use_installed: bool = True,
     lengths: tuple[int, int] | None = None,
+    concurrency: int | None = None,
 ) -> SpecCheck:
     """Build the command `spec` launches and check its flags; raises ConfigError on a bad spec.
 
-    With `lengths` (prompt and output tokens), a cache servelab sizes is checked to hold
-    one such request."""
+    With `lengths` (prompt and output tokens), a cache servelab sizes is sized for
+    `concurrency` such requests (None: the auto sweep's cap, as `servelab run` without
+    levels) unless the spec gives one, and checked to hold one request."""
     adapter = get_adapter(spec.engine)
     host = spec.host or LOCALHOST
     if not adapter.launches:
@@ -130,6 +139,7 @@ def check_spec(
             port_from_spec=spec.port is not None,
             notes=[f"{adapter.name}: attached by URL ({spec.url or 'no url given'}), not launched"],
         )
+    spec, source, notes = _sized_for_load(adapter, spec, lengths, concurrency)
     preview = getattr(adapter, "preview", None)
     resolved = preview(spec) if preview is not None else adapter.prepare(spec)
     port = resolved.port or free_port()
@@ -141,7 +151,8 @@ def check_spec(
         host=host,
         port=port,
         port_from_spec=resolved.port is not None,
-        cache=_cache(adapter, spec, lengths),
+        notes=notes,
+        cache=_cache(adapter, spec, source, lengths),
     )
     cli: CliFlags | None = getattr(adapter, "cli", None)
     program = getattr(adapter, "program", None)
@@ -164,7 +175,45 @@ def check_spec(
     return check
 
 
-def _cache(adapter: Any, spec: EngineSpec, lengths: tuple[int, int] | None) -> CacheCheck | None:
+def _sized_for_load(
+    adapter: Any,
+    spec: EngineSpec,
+    lengths: tuple[int, int] | None,
+    concurrency: int | None,
+) -> tuple[EngineSpec, str, list[str]]:
+    """`spec` with the cache `servelab run` sizes for this load where the adapter sizes one
+    (the embedded engine on the CPU), where that size came from, and any note on the load."""
+    size = getattr(adapter, "size_for_load", None)
+    if lengths is None:
+        return spec, _unsized_source(spec), []
+    sizing = None
+    if size is not None:
+        sizing = size(spec, concurrency=concurrency, input_len=lengths[0], output_len=lengths[1])
+    if sizing is not None:
+        return sizing.spec, sizing.source, []
+    if concurrency is None:
+        return spec, _unsized_source(spec), []
+    note = (
+        f"--concurrency not used: servelab does not size {adapter.name}'s KV cache here (the "
+        "engine does, unless the spec sets kv_cache_tokens)"
+    )
+    return spec, _unsized_source(spec), [note]
+
+
+def _unsized_source(spec: EngineSpec) -> str:
+    own = spec.knobs.kv_cache_tokens
+    if own is not None:
+        return f"the configured KV cache (kv_cache_tokens={own:,})"
+    return (
+        f"the default of an engine started with no load in view ({DEFAULT_CPU_KV_CACHE_TOKENS:,} "
+        "tokens, as `servelab engine up`); --input-len, --output-len and --concurrency size "
+        "it as `servelab run` does"
+    )
+
+
+def _cache(
+    adapter: Any, spec: EngineSpec, source: str, lengths: tuple[int, int] | None
+) -> CacheCheck | None:
     kv_cache = getattr(adapter, "kv_cache", None)
     built = kv_cache(spec) if kv_cache is not None else None
     if built is None:
@@ -175,6 +224,7 @@ def _cache(adapter: Any, spec: EngineSpec, lengths: tuple[int, int] | None) -> C
         batch_tokens=built.batch_tokens,
         kv_bytes=built.kv_bytes,
         mask_bytes=built.mask_bytes,
+        source=source,
     )
     if lengths is None:
         return check

@@ -38,6 +38,7 @@ from servelab.core.errors import (
 from servelab.core.net import ensure_listening
 from servelab.diagnose import DiagnoseOptions, Diagnosis, Knee, diagnose_run, find_knee
 from servelab.engines.base import EngineSpec
+from servelab.engines.embedded.cache import refuse_memory_share
 from servelab.engines.embedded.presets import DEFAULT_PRESET, get_preset
 from servelab.engines.signatures import EngineExit
 from servelab.engines.watched import WatchedEngine, launch_watched
@@ -121,6 +122,8 @@ def run_pipeline(
     support = engine_profiler(spec) if config.torch_profile is not None else None
     if config.url is not None:
         ensure_listening(config.url)
+    elif spec.engine == "embedded" and _on_cpu(spec):
+        refuse_memory_share(spec)  # before the run folder and the probe, as `bench --engine`
     run_dir = RunDir.create(name=name, out=config.out, root=config.runs_root)
     if support is not None:
         spec = support.enable(spec, run_dir.path / PROFILE_DIR)

@@ -40,8 +40,9 @@ CACHE_HEADROOM = 1.25
 stops admitting prefills when free blocks fall under its safety margin."""
 
 DEFAULT_CPU_KV_CACHE_TOKENS = 32_768
-"""The cache of an engine started with no workload in view (`servelab engine start`): 128
-blocks, 64 MiB of the tiny preset's float32 KV and 285 MiB of masks at 2,048 batch tokens."""
+"""The cache of an engine started with no workload in view (`servelab engine up`, and
+`servelab engine check` given no load): 128 blocks, 64 MiB of the tiny preset's float32 KV
+and 272 MiB of masks at 2,048 batch tokens."""
 
 EMBEDDED_CPU_MAX_CONCURRENCY = 256
 """The auto sweep's cap for the embedded engine on the CPU when none is given: the cache is
