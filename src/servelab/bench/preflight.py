@@ -4,7 +4,8 @@ Every question is asked once, here, so the levels themselves send only requests 
 endpoint takes: the model name (from /v1/models unless given), which output-pinning
 fields it accepts (dropped once, with a note, when a 4xx names them), whether it serves
 /tokenize, and, when nothing can count tokens, a calibration of tokens per word from
-`usage.prompt_tokens`.
+`usage.prompt_tokens`. It also reads what the engine reports about its own settings
+(`engines.server_info`: context length, SGLang's server args), which the run records.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from servelab.bench.endpoint import EndpointConfig, RequestItem, build_body
 from servelab.bench.tokens import Calibration
 from servelab.bench.words import COMMON_WORDS
 from servelab.core.errors import EndpointRejected, EndpointUnreachable
+from servelab.engines.server_info import ServerInfo, read_server_info
 
 __all__ = ["Preflight", "run_preflight"]
 
@@ -37,6 +39,7 @@ class Preflight:
     models: list[str]
     has_tokenize: bool
     calibration: Calibration | None
+    server_info: ServerInfo
     notes: list[str] = field(default_factory=list)
 
 
@@ -81,7 +84,8 @@ async def _preflight(
             calibration = await _calibrate(session, endpoint)
             if calibration is None:
                 notes.append("no usage.prompt_tokens from the endpoint: input lengths unknown")
-    return Preflight(endpoint, models, has_tokenize, calibration, notes)
+        server_info = await read_server_info(endpoint.base_url, session)
+    return Preflight(endpoint, models, has_tokenize, calibration, server_info, notes)
 
 
 async def _list_models(session: aiohttp.ClientSession, endpoint: EndpointConfig) -> list[str]:

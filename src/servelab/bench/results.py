@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servelab.engines.server_info import ServerInfo
 from servelab.telemetry.process_cpu import EngineCpu
 from servelab.telemetry.summary import LevelTelemetry
 
@@ -251,6 +252,12 @@ class RunInfo(BaseModel):
         default=None,
         description="RUN_DIR:KIND: the earlier run's finding whose action this run tries; "
         "diagnose checks that finding's expected gain against this run.",
+    )
+    server_info: ServerInfo | None = Field(
+        default=None,
+        description="What the engine reported about its settings at the preflight (its "
+        "models' max_model_len, SGLang's server args), each with its URL; None in runs "
+        "from before it was read and in imported runs.",
     )
 
 

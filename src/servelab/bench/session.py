@@ -408,6 +408,7 @@ class _Session:
             },
             notes=list(preflight.notes),
             applies=c.applies,
+            server_info=preflight.server_info,
         )
 
     def _engine_exit_code(self) -> int | None:

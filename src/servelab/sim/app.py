@@ -20,7 +20,7 @@ from servelab.core.clock import NS_PER_S, now_ns
 from servelab.core.units import MS_PER_S
 from servelab.sim.admission import Admission, FixedAdmission
 from servelab.sim.batching import Batcher
-from servelab.sim.config import MAX_MODEL_LEN, SimConfig
+from servelab.sim.config import MAX_MODEL_LEN, MetricsStyle, SimConfig
 from servelab.sim.faults import NO_FAULT, Fault, FaultPicker
 from servelab.sim.metrics import CONTENT_TYPE, EngineMetrics
 from servelab.sim.parsing import (
@@ -36,6 +36,7 @@ from servelab.sim.responses import (
     models_body,
     n_chunks,
     server_error_body,
+    server_info_body,
     stream_body,
 )
 from servelab.sim.scheduler import RequestInfo, Scheduler, Stream
@@ -83,7 +84,12 @@ class SimApp:
             on_finish=self._on_finish,
             on_release=self._release,
         )
-        self._admission = self._engine(config, step_cost or step_cost_for(config))
+        cost = step_cost or step_cost_for(config)
+        self._kv_capacity_tokens = (
+            (config.kv_capacity_tokens or cost.kv_capacity_tokens) if cost is not None else None
+        )
+        """Batching: tokens of KV cache (the config's, else the profile's); None: unbounded."""
+        self._admission = self._engine(config, cost)
         self._metrics = EngineMetrics(
             style=config.metrics_style,
             model=config.model,
@@ -103,7 +109,7 @@ class SimApp:
             step_cost=ScaledStepCost(step_cost, config.time_scale),
             chunked_prefill_size=config.chunked_prefill_size,
             max_running=config.max_running_requests,
-            kv_capacity_tokens=config.kv_capacity_tokens or step_cost.kv_capacity_tokens,
+            kv_capacity_tokens=self._kv_capacity_tokens,
             step_overhead_s=config.step_overhead_ms / MS_PER_S / config.time_scale,
         )
         return StepLoop(batcher=batcher, scheduler=self._scheduler, counters=self._counters)
@@ -118,6 +124,9 @@ class SimApp:
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_get("/sim/stats", self._stats)
         app.router.add_get("/metrics", self._prometheus)
+        if self._config.metrics_style is MetricsStyle.SGLANG:
+            app.router.add_get("/server_info", self._server_info)
+            app.router.add_get("/get_server_info", self._server_info)  # SGLang's old name
         return app
 
     def stats(self) -> SimStats:
@@ -263,6 +272,10 @@ class SimApp:
 
     async def _models(self, _request: web.Request) -> web.Response:
         body = models_body(self._config, created=int(time.time()))
+        return web.Response(body=body, content_type="application/json")
+
+    async def _server_info(self, _request: web.Request) -> web.Response:
+        body = server_info_body(self._config, kv_capacity_tokens=self._kv_capacity_tokens)
         return web.Response(body=body, content_type="application/json")
 
     async def _health(self, _request: web.Request) -> web.Response:

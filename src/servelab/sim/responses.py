@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from servelab import __version__
 from servelab.sim.config import MAX_MODEL_LEN, SimConfig
 from servelab.sim.parsing import GenerationRequest
 
@@ -27,6 +28,7 @@ __all__ = [
     "models_body",
     "n_chunks",
     "server_error_body",
+    "server_info_body",
     "stream_body",
 ]
 
@@ -134,6 +136,28 @@ def models_body(config: SimConfig, *, created: int) -> bytes:
         "max_model_len": MAX_MODEL_LEN,
     }
     return orjson.dumps({"object": "list", "data": [model]})
+
+
+def server_info_body(config: SimConfig, *, kv_capacity_tokens: int | None) -> bytes:
+    """GET /server_info (and /get_server_info), SGLang-style: the server args and scheduler
+    limits servelab reads from SGLang's, with the simulator's values (None where SGLang's
+    default is left unset); SGLang's other fields and its per-rank internal_states are not
+    simulated."""
+    info = {
+        "model_path": config.model,
+        "served_model_name": config.model,
+        "tp_size": config.tp or 1,
+        "pp_size": config.pp,
+        "ep_size": config.ep,
+        "dp_size": config.dp,
+        "max_running_requests": config.max_running_requests,
+        "chunked_prefill_size": config.chunked_prefill_size,
+        "max_total_tokens": config.kv_capacity_tokens,
+        "max_total_num_tokens": kv_capacity_tokens,
+        "status": "ready",
+        "version": f"servelab-sim {__version__}",
+    }
+    return orjson.dumps(info)
 
 
 def _base(
