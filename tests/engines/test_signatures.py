@@ -107,6 +107,8 @@ SGLANG_STARTUP: Expected = [
         {"dtype": "torch.bfloat16", "tokens": 412416, "kv_gib": 23.01},
     ),
     (19, "sglang.capture_cuda_graph_begin", 1, {"device": "cuda", "avail_mem_gib": 12.64}),
+    # The batch sizes captured: twelve, the largest the server_args' cuda_graph_max_bs.
+    (20, "sglang.capture_cuda_graph_bs", 1, {"max_bs": 64, "num_batch_sizes": 12}),
     # Behind a progress bar on line 21, then again from TP3 on line 22.
     (
         21,
@@ -191,6 +193,8 @@ VLLM_STARTUP: Expected = [
     (4, "vllm.max_model_len", 1, {"max_model_len": 32768}),
     (5, "vllm.chunked_prefill", 1, {"max_num_batched_tokens": 8192}),
     (6, "vllm.engine_init_version", 1, {"version": "0.11.1"}),
+    # Its compilation_config as JSON, as before v0.11's dict: `max_capture_size`.
+    (6, "vllm.compilation_config", 1, {"max_cudagraph_capture_size": 512}),
     (16, "vllm.model_loading_took", 1, {"mem_gib": 14.6318, "elapsed_s": 23.185442}),
     (
         20,
@@ -214,9 +218,14 @@ VLLM_STARTUP: Expected = [
         27,
         "vllm.capturing_cuda_graphs",
         2,
-        {"phase": "mixed prefill-decode", "mode": "PIECEWISE"},
+        {"phase": "mixed prefill-decode", "mode": "PIECEWISE", "num_batch_sizes": 67},
     ),
-    (29, "vllm.capturing_cuda_graphs", 1, {"phase": "decode", "mode": "FULL"}),
+    (
+        29,
+        "vllm.capturing_cuda_graphs",
+        1,
+        {"phase": "decode", "mode": "FULL", "num_batch_sizes": 35},
+    ),
     (30, "vllm.graph_capturing_finished", 1, {"elapsed_s": 7.0, "mem_gib": 0.95}),
     (40, "uvicorn.startup_complete", 1, {}),
 ]
@@ -575,7 +584,6 @@ NOISE = [
     ),
     ("sglang", "[2026-11-29 15:06:54] INFO:     Application startup complete."),
     ("sglang", "[2026-11-29 15:00:14 TP0] Init torch distributed ends. mem usage=0.58 GB"),
-    ("sglang", "[2026-11-29 15:06:30 TP0] Capture cuda graph bs [1, 2, 4, 8, 12, 16, 24, 32]"),
     ("sglang", "[2026-11-29 15:06:29 TP0] Memory pool end. avail mem=12.87 GB"),
     ("sglang", "[2026-04-12 12:43:59] enable_nan_detection=False, nccl_port=None, tp_size=8"),
     ("sglang", '    raise RuntimeError(f"NCCL error: {error_str}")'),

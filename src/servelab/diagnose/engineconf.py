@@ -15,6 +15,17 @@ transformers serve 5.24 unless its attention implementation is a flash one
 default sdpa). Without a recorded command (an attached engine) the flags are not seen and
 the setting is unknown (None), which is not "off".
 
+The largest CUDA-graph batch (a decode batch above it runs eager) is read from the command
+first: SGLang's `--cuda-graph-max-bs-decode` (`--cuda-graph-max-bs` before it),
+`--cuda-graph-bs[-decode]` sizes or `--cuda-graph-config`'s decode `max_bs` / `bs`; vLLM's
+`--max-cudagraph-capture-size`, `--cudagraph-capture-sizes` or `--compilation-config`
+(`-cc`). Where the command gives both a list and a maximum, the largest listed size within
+the maximum counts (SGLang drops the sizes above it; vLLM refuses the two disagreeing), and
+the list's flag is the one to change. Else the log: the sizes
+the engine says it captures (SGLang's `Capture ... bs [...]` lines), then the latest
+resolved setting it printed (SGLang's `server_args`, vLLM's `compilation_config`, then its
+non-default args). Its default is not guessed.
+
 transformers serve sizes its cache in sectors, not tokens. A sector is the least common
 multiple of every attention group's block (one block: `--cb-block-size` tokens, 256 by
 default, of every layer of the group) and 128 bytes; for a model with only full attention
@@ -24,6 +35,7 @@ layers make a sector hold more full-attention blocks: the count is then a lower 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -32,7 +44,7 @@ from servelab.engines.knobs import FlagRule
 from servelab.engines.signatures import EventKind, LogEvent
 from servelab.engines.transformers_serve import CB_BLOCK_TOKENS
 
-__all__ = ["EngineConfig", "Setting", "engine_config", "knob_flags"]
+__all__ = ["GRAPH_MAX_FLAGS", "EngineConfig", "Setting", "engine_config", "knob_flags"]
 
 T = TypeVar("T")
 
@@ -76,6 +88,11 @@ class EngineConfig:
     kv_capacity_tokens: Setting[int] | None = None
     max_batch_tokens: Setting[int] | None = None
     kv_memory_gib: Setting[float] | None = None
+    cuda_graph_max_batch: Setting[int] | None = None
+    """The largest decode batch replayed as a CUDA graph; a larger one runs eager."""
+    cuda_graph_flag: str | None = None
+    """The flag that sets it: the one the command used, else this engine's own spelling
+    (the log's, else its recorded flag list's); a maximum when in GRAPH_MAX_FLAGS."""
     kv_full: list[LogEvent] = field(default_factory=list)
     resolved: dict[str, Setting[Any]] = field(default_factory=dict)
     """Every setting read, by name: the command's knob flags, then the log's resolved
@@ -106,30 +123,61 @@ def knob_flags(engine: str | None) -> tuple[Mapping[str, FlagRule], Mapping[str,
 
 
 def engine_config(
-    engine: str | None, command: list[str], events: list[LogEvent] | None
+    engine: str | None,
+    command: list[str],
+    events: list[LogEvent] | None,
+    reported: Mapping[str, tuple[Any, str]] | None = None,
 ) -> EngineConfig:
-    """Read the settings from the command (first) and the log's resolved settings."""
+    """Read the settings from the command (first), the log's resolved settings, and what
+    the engine reported about itself when asked (`reported`: name -> (value, source), from
+    its /v1/models and SGLang's /server_info)."""
     knobs, layout = knob_flags(engine)
     events = events or []
+    reported = reported or {}
+    graph_batch = _graph_batch(engine, command, events)
+    resolved = _resolved(command, knobs, layout, events)
+    for name, (value, source) in reported.items():
+        resolved.setdefault(name, Setting(value, source))
+    if graph_batch is not None:
+        resolved.setdefault("cuda_graph_max_batch", graph_batch[0])
     return EngineConfig(
         name=engine,
         knobs=knobs,
         layout=layout,
         command=command,
         running_cap=_int_from_command(command, knobs.get("max_running_requests"))
-        or _int_from_log(events, _RUNNING_CAP_FIELDS),
+        or _int_from_log(events, _RUNNING_CAP_FIELDS)
+        or _int_reported(reported, _RUNNING_CAP_FIELDS),
         cuda_graphs=_switch_from_command(command, knobs.get("cuda_graphs"))
         or _graphs(events)
         or _graphs_default(engine, command, knobs.get("cuda_graphs")),
         tp=_int_from_command(command, layout.get("tp")) or _int_from_log(events, _TP_FIELDS),
         kv_capacity_tokens=_kv_capacity(events, _block_tokens(engine, command))
-        or _kv_from_command(engine, command),
+        or _kv_from_command(engine, command)
+        or _int_reported(reported, _REPORTED_KV_FIELDS),
         max_batch_tokens=_int_from_command(command, knobs.get("max_batch_tokens"))
-        or _int_from_log(events, _BATCH_TOKEN_FIELDS),
+        or _int_from_log(events, _BATCH_TOKEN_FIELDS)
+        or _int_reported(reported, _BATCH_TOKEN_FIELDS),
         kv_memory_gib=_kv_memory(events),
+        cuda_graph_max_batch=graph_batch[0] if graph_batch else None,
+        cuda_graph_flag=graph_batch[1] if graph_batch else None,
         kv_full=[e for e in events if e.kind is EventKind.KV_CACHE_FULL],
-        resolved=_resolved(command, knobs, layout, events),
+        resolved=resolved,
     )
+
+
+_REPORTED_KV_FIELDS = ("max_total_num_tokens",)
+"""SGLang's /server_info: the KV pool's size in tokens the scheduler resolved."""
+
+
+def _int_reported(
+    reported: Mapping[str, tuple[Any, str]], names: tuple[str, ...]
+) -> Setting[int] | None:
+    for name in names:
+        value, source = reported.get(name, (None, ""))
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return Setting(value, source)
+    return None
 
 
 _RESOLVED_KINDS = (
@@ -333,4 +381,164 @@ def _kv_memory(events: list[LogEvent]) -> Setting[float] | None:
         value = event.fields.get("available_gib")
         if event.kind is EventKind.KV_CACHE_MEMORY and isinstance(value, float | int):
             return Setting(float(value), f"{_line(event)}: {value:.3g} GiB available")
+    return None
+
+
+@dataclass(frozen=True)
+class _GraphFlags:
+    """Where an engine takes its largest CUDA-graph batch: a maximum, a list of sizes, a
+    JSON config (the keys under `path`), and the log fields that print the maximum."""
+
+    maximum: tuple[str, ...]
+    sizes: tuple[str, ...]
+    config: tuple[str, ...]
+    path: tuple[str, ...]
+    config_max: str
+    config_sizes: str
+    logged: tuple[str, ...]
+
+
+# SGLang: python/sglang/srt/arg_groups/fields/exec_.py (ExecGraph) and cuda_graph_hook.py
+# (the JSON wins over the per-phase flags, which win over the legacy ones); vLLM:
+# vllm/engine/arg_utils.py (its CompilationConfig group) and vllm/config/compilation.py.
+_GRAPH_FLAGS = {
+    "sglang": _GraphFlags(
+        maximum=("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs"),
+        sizes=("--cuda-graph-bs-decode", "--cuda-graph-bs"),
+        config=("--cuda-graph-config",),
+        path=("decode",),
+        config_max="max_bs",
+        config_sizes="bs",
+        logged=("cuda_graph_max_bs_decode", "cuda_graph_max_bs"),
+    ),
+    "vllm": _GraphFlags(
+        maximum=("--max-cudagraph-capture-size",),
+        sizes=("--cudagraph-capture-sizes",),
+        config=("--compilation-config", "-cc"),
+        path=(),
+        config_max="max_cudagraph_capture_size",
+        config_sizes="cudagraph_capture_sizes",
+        logged=("max_cudagraph_capture_size",),
+    ),
+}
+GRAPH_MAX_FLAGS = frozenset(flag for flags in _GRAPH_FLAGS.values() for flag in flags.maximum)
+"""Flags that take the largest CUDA-graph batch itself (others take a list or a JSON)."""
+_OLD_CAPTURE_LINE = "sglang.capture_cuda_graph_bs"
+"""SGLang's capture line of the releases whose flag is `--cuda-graph-max-bs`."""
+
+
+def _graph_batch(
+    engine: str | None, command: list[str], events: list[LogEvent]
+) -> tuple[Setting[int], str] | None:
+    """The largest CUDA-graph batch and the flag that sets it (see the module's docstring)."""
+    flags = _GRAPH_FLAGS.get(_KNOB_ENGINE.get(engine or "", ""))
+    if flags is None:
+        return None
+    found = _graph_batch_from_command(flags, command) or _graph_batch_from_log(flags, events)
+    return found if found is not None and found[0].value > 0 else None  # 0: no graphs
+
+
+def _graph_batch_from_command(
+    flags: _GraphFlags, command: list[str]
+) -> tuple[Setting[int], str] | None:
+    for flag in flags.config:
+        found = _from_config(flags, command, flag)
+        if found is not None:
+            return found
+    words: list[str] = []
+    found_flag, maximum, sizes = None, None, []
+    for flag in flags.maximum:
+        text = _value_of(command, flag)
+        if text is not None and text.isdigit():
+            found_flag, maximum = flag, int(text)
+            words.append(f"{flag} {text}")
+            break
+    for flag in flags.sizes:
+        sizes = _values_of(command, flag)
+        if sizes:
+            found_flag = flag
+            words.append(f"{flag} {' '.join(map(str, sizes))}")
+            break
+    value = _largest(maximum, sizes)
+    if value is None or found_flag is None:
+        return None
+    return Setting(value, f"engine command: {', '.join(words)}"), found_flag
+
+
+def _largest(maximum: int | None, sizes: list[int]) -> int | None:
+    """The largest batch captured: the largest listed size within the maximum (all of
+    them without one), else the maximum."""
+    within = [size for size in sizes if maximum is None or size <= maximum]
+    return max(within) if within else maximum
+
+
+def _from_config(
+    flags: _GraphFlags, command: list[str], flag: str
+) -> tuple[Setting[int], str] | None:
+    """The largest batch in a JSON config flag (or its dotted `flag.key=N` form)."""
+    dotted = ".".join((*flags.path, flags.config_max))
+    text = _value_of(command, f"{flag}.{dotted}")
+    if text is not None and text.isdigit():
+        return Setting(int(text), f"engine command: {flag}.{dotted} {text}"), flag
+    text = _value_of(command, flag)
+    if text is None:
+        return None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    for key in flags.path:
+        config = config.get(key) if isinstance(config, dict) else None
+    if not isinstance(config, dict):
+        return None
+    largest = config.get(flags.config_max)
+    sizes = config.get(flags.config_sizes)
+    value = _largest(
+        largest if isinstance(largest, int) else None,
+        [size for size in sizes if isinstance(size, int)] if isinstance(sizes, list) else [],
+    )
+    if value is None:
+        return None
+    return Setting(value, f"engine command: {flag} {text}"), flag
+
+
+def _values_of(command: list[str], flag: str) -> list[int]:
+    """The integers after `flag` (argparse's nargs="+"), up to the next option."""
+    for i, word in enumerate(command):
+        if word == flag:
+            values = []
+            for value in command[i + 1 :]:
+                if not value.isdigit():
+                    break
+                values.append(int(value))
+            return values
+        if word.startswith(flag + "="):
+            parts = word.split("=", 1)[1].split(",")
+            return [int(part) for part in parts if part.strip().isdigit()]
+    return []
+
+
+def _graph_batch_from_log(
+    flags: _GraphFlags, events: list[LogEvent]
+) -> tuple[Setting[int], str] | None:
+    """The sizes the engine says it captures, then its latest resolved setting."""
+    for event in events:
+        value = event.fields.get("max_bs")
+        phase = event.fields.get("phase")
+        if (
+            event.kind is EventKind.CUDA_GRAPH_CAPTURE_BEGIN
+            and isinstance(value, int)
+            and value > 0
+            and (phase is None or str(phase).startswith("target"))
+        ):
+            flag = flags.maximum[-1] if event.signature == _OLD_CAPTURE_LINE else flags.maximum[0]
+            return Setting(value, f"{_line(event)}: largest batch captured {value}"), flag
+    for event in reversed(events):
+        if event.kind is not EventKind.ENGINE_CONFIG:
+            continue
+        for name in flags.logged:
+            value = event.fields.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                flag = "--" + name.replace("_", "-")
+                return Setting(value, f"{_line(event)}: {name}={value}"), flag
     return None

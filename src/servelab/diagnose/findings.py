@@ -34,6 +34,7 @@ class FindingKind(StrEnum):
     KV_CAPACITY = "kv_capacity"
     BATCH_TOKEN_BUDGET = "batch_token_budget"
     LAUNCH_OVERHEAD = "launch_overhead"
+    CUDA_GRAPH_BATCH = "cuda_graph_batch"
     COMM_LATENCY = "comm_latency"
     MEMORY_BOUND = "memory_bound"
     PREFILL_COMPUTE = "prefill_compute"

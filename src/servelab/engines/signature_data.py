@@ -128,7 +128,8 @@ KIND_INFO: Mapping[EventKind, KindInfo] = MappingProxyType(
         EventKind.CUDA_GRAPH_CAPTURE_END: KindInfo(
             "CUDA graphs were captured; `mem_gib` is what they cost and `elapsed_s` how long.",
             "If batches larger than the captured sizes are common, raise the largest captured "
-            "size (SGLang --cuda-graph-max-bs, vLLM --max-cudagraph-capture-size).",
+            "size (SGLang --cuda-graph-max-bs-decode, --cuda-graph-max-bs in older releases; "
+            "vLLM --max-cudagraph-capture-size).",
         ),
         EventKind.CUDA_GRAPH_DISABLED: KindInfo(
             "CUDA graphs are off for this phase, so every decode step pays kernel launch "
@@ -410,6 +411,7 @@ _SERVER_ARGS_KEYS = (
     "moe_a2a_backend",
     "disable_cuda_graph",
     "cuda_graph_max_bs",
+    "cuda_graph_max_bs_decode",
     "disable_radix_cache",
     "enable_torch_compile",
     "schedule_policy",
@@ -467,19 +469,53 @@ _VLLM_ARGS_KEYS = (
 
 def _vllm_non_default_args(match: re.Match[str]) -> Fields:
     """The performance-relevant settings in vLLM's `non-default args: {...}` line."""
+    values = _vllm_capture_limit(match)
     try:
         parsed = ast.literal_eval(match.group("_args"))
     except (ValueError, SyntaxError):
-        return {}
+        return values
     if not isinstance(parsed, dict):
-        return {}
-    values: Fields = {}
+        return values
     for key in _VLLM_ARGS_KEYS:
         if key in parsed:
             value = parsed[key]
             scalar = value if isinstance(value, int | float | str | bool) else str(value)
             values[key] = scalar
     return values
+
+
+_VLLM_CAPTURE_MAX = re.compile(
+    r"""['"](?:max_cudagraph_capture_size|max_capture_size)['"]: ?(\d+)"""
+)
+_VLLM_CAPTURE_SIZES = re.compile(r"""['"]cudagraph_capture_sizes['"]: ?\[([\d,\s]*)\]""")
+
+
+def _vllm_capture_limit(match: re.Match[str]) -> Fields:
+    """vLLM's largest CUDA-graph batch, wherever its line holds one: a `compilation_config`
+    dict (repr or JSON, `max_capture_size` before v0.11), or the `max_cudagraph_capture_size`
+    and `cudagraph_capture_sizes` of its non-default args; a list's largest size stands for
+    a missing maximum (vLLM sets the maximum to it). 0 with no sizes: graphs off."""
+    line = match.string
+    values: Fields = {}
+    sizes = _VLLM_CAPTURE_SIZES.search(line)
+    if sizes is not None:
+        batch_sizes = [int(size) for size in sizes.group(1).split(",") if size.strip()]
+        values["num_batch_sizes"] = len(batch_sizes)
+        if batch_sizes:
+            values["max_cudagraph_capture_size"] = max(batch_sizes)
+    largest = _VLLM_CAPTURE_MAX.search(line)
+    if largest is not None:
+        values["max_cudagraph_capture_size"] = int(largest.group(1))
+    return values
+
+
+_PROGRESS_TOTAL = re.compile(r"\b\d+/(\d+) \[")
+
+
+def _capture_progress(match: re.Match[str]) -> Fields:
+    """The number of sizes a capture progress bar counts (its total), where it shows one."""
+    total = _PROGRESS_TOTAL.search(match.string, match.end())
+    return {"num_batch_sizes": int(total.group(1))} if total else {}
 
 
 _BATCH_SIZES = re.compile(r"\bbs=\[([\d,\s]*)\]")
@@ -492,11 +528,17 @@ def _sglang_capture_settings(match: re.Match[str]) -> Fields:
     if backend:
         values["backend"] = backend.group(1)
     sizes = _BATCH_SIZES.search(match.string)
-    if sizes and sizes.group(1).strip():
-        batch_sizes = [int(size) for size in sizes.group(1).split(",")]
-        values["max_bs"] = max(batch_sizes)
-        values["num_batch_sizes"] = len(batch_sizes)
+    if sizes:
+        values.update(_batch_sizes(sizes.group(1)))
     return values
+
+
+def _batch_sizes(text: str) -> Fields:
+    """The largest and the number of the batch sizes in a printed list ("1, 2, 4, 8")."""
+    batch_sizes = [int(size) for size in text.split(",") if size.strip()]
+    if not batch_sizes:
+        return {}
+    return {"max_bs": max(batch_sizes), "num_batch_sizes": len(batch_sizes)}
 
 
 def _after(match: re.Match[str]) -> str:
@@ -818,6 +860,21 @@ _SGLANG: tuple[Signature, ...] = (
         extract=_sglang_memory,
     ),
     _sig(
+        "sglang.capture_cuda_graph_bs",
+        _K.CUDA_GRAPH_CAPTURE_BEGIN,
+        _INFO,
+        r"Capture cuda graph bs \[(?P<_bs>[\d,\s]*)\]",
+        literals=("Capture cuda graph bs [",),
+        source=Source(
+            SGLANG,
+            "python/sglang/srt/model_executor/cuda_graph_runner.py",
+            "0021673c (CudaGraphRunner.__init__: rank0_log of capture_bs)",
+        ),
+        example="[2025-06-12 10:41:07 TP0] Capture cuda graph bs [1, 2, 4, 8, 16, 24, 32, 40, "
+        "48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152, 160]",
+        extract=lambda m: _batch_sizes(m.group("_bs")),
+    ),
+    _sig(
         "sglang.capture_cuda_graph_end",
         _K.CUDA_GRAPH_CAPTURE_END,
         _INFO,
@@ -1042,6 +1099,27 @@ _VLLM: tuple[Signature, ...] = (
         converters={"version": lambda text: text.removeprefix("v")},
     ),
     _sig(
+        "vllm.compilation_config",
+        _K.ENGINE_CONFIG,
+        _INFO,
+        r"compilation_config=(?P<_config>\{.*\})\s*$",
+        literals=("compilation_config={",),
+        source=Source(
+            VLLM,
+            "vllm/config/vllm.py (VllmConfig.__str__), vllm/config/compilation.py "
+            "(CompilationConfig.__repr__: its fields as a dict)",
+            "v0.11-v0.2x (JSON with max_capture_size before)",
+        ),
+        example="(EngineCore_DP0 pid=311) INFO 12-02 07:15:40 [core.py:98] Initializing a V1 LLM "
+        "engine (v0.13.0) with config: model='/models/Qwen3-8B', enforce_eager=False, "
+        "pooler_config=None, compilation_config={'level': None, 'mode': "
+        "<CompilationMode.VLLM_COMPILE: 3>, 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: "
+        "(2, 1)>, 'cudagraph_num_of_warmups': 1, 'cudagraph_capture_sizes': [1, 2, 4, 8, 16, 24, "
+        "32], 'cudagraph_copy_inputs': False, 'max_cudagraph_capture_size': 32, "
+        "'local_cache_dir': None}",
+        extract=_vllm_capture_limit,
+    ),
+    _sig(
         "vllm.non_default_args",
         _K.ENGINE_CONFIG,
         _INFO,
@@ -1165,6 +1243,7 @@ _VLLM: tuple[Signature, ...] = (
         source=Source(VLLM, _VL_RUNNER, "v0.10-v0.2x"),
         example="Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|██████████| 51/51 "
         "[00:01<00:00, 33.44it/s]",
+        extract=_capture_progress,
     ),
     _sig(
         "vllm.capturing_cuda_graph_shapes",
@@ -1174,6 +1253,7 @@ _VLLM: tuple[Signature, ...] = (
         literals=("Capturing CUDA graph shapes",),
         source=Source(VLLM, _VL_RUNNER, "v0.7-v0.9"),
         example="Capturing CUDA graph shapes: 100%|██████████| 35/35 [00:13<00:00,  2.51it/s]",
+        extract=_capture_progress,
     ),
     _sig(
         "vllm.capturing_cudagraphs_v0",
