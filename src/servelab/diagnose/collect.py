@@ -4,17 +4,24 @@ Also decides which sources of evidence were there: GPU telemetry, the engine's /
 its log, the probe, the model. A model the run beats by more than measurement noise does
 not describe the run (another GPU or model, speculative decoding, a simulator's time
 scale not given): it is dropped, with a note, rather than trusted.
+
+A memory share the run configured (the command's flag, the share the engine's log
+resolved, or the spec's `mem_fraction` knob) goes to the model, which then sizes the KV
+cache by that engine's rule; the probe, when it was taken before the launch, gives the
+GPU's measured memory and what was already in use. An engine on the CPU has no share.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from servelab.bench.knee import find_knee
-from servelab.bench.results import LevelSummary
-from servelab.diagnose.deployment import choose_model
-from servelab.diagnose.engineconf import engine_config
+from servelab.bench.results import BenchSummary, LevelSummary
+from servelab.diagnose.deployment import choose_model, launched_spec
+from servelab.diagnose.engineconf import EngineConfig, Setting, engine_config
 from servelab.diagnose.facts import (
     MODEL_FASTER_TOLERANCE,
     LevelFacts,
@@ -23,26 +30,44 @@ from servelab.diagnose.facts import (
     level_facts,
 )
 from servelab.diagnose.inputs import RunFiles
-from servelab.diagnose.modelview import ModelView
+from servelab.diagnose.modelview import MemoryShare, ModelView
 from servelab.diagnose.options import DiagnoseOptions
+from servelab.diagnose.server_settings import settings_from_server_info
+from servelab.model.configured_cache import TRANSFORMERS_BATCH_TOKENS
 
 __all__ = ["collect_facts"]
 
 _CAPACITY_METRIC = "sglang:max_total_num_tokens"
 _PREEMPTION_METRIC = "vllm:num_preemptions_total"
+_SHARE_RULES = {
+    "embedded": "transformers",
+    "transformers": "transformers",
+    "vllm": "vllm",
+    "sglang": "sglang",
+}
+"""The memory-share rule of each engine (the embedded engine is transformers serve)."""
+_SHARE_LOG_FIELDS = ("gpu_memory_utilization", "mem_fraction_static")
+"""The log's names for the share (vLLM's non-default args, SGLang's server args)."""
 
 
 def collect_facts(files: RunFiles, options: DiagnoseOptions) -> RunFacts:
     """The facts of one run; a ConfigError only for a deployment the user gave that fails."""
     summary = files.summary
     command = (summary.engine or {}).get("command")
-    conf = engine_config(files.engine, command if isinstance(command, list) else [], files.events)
+    conf = engine_config(
+        files.engine,
+        command if isinstance(command, list) else [],
+        files.events,
+        _reported(summary),
+    )
     choice = choose_model(files, options, conf)
     missing = _missing(files)
     notes = list(choice.notes)
     model = choice.view
     if model is None:
         missing["model"] = choice.detail
+    else:
+        model = dataclasses.replace(model, share=_memory_share(files, conf))
     levels = _levels(files, conf.running_cap.value if conf.running_cap else None, model)
     faster = [lv for lv in levels if lv.ratio is not None and lv.ratio < MODEL_FASTER_TOLERANCE]
     if model is not None and faster:
@@ -69,6 +94,92 @@ def collect_facts(files: RunFiles, options: DiagnoseOptions) -> RunFacts:
         model_detail=choice.detail if model is not None else missing["model"],
         traces=files.traces,
     )
+
+
+def _memory_share(files: RunFiles, conf: EngineConfig) -> MemoryShare | None:
+    """The share the run configured, by the engine's rule; None without one, for an engine
+    whose rule is unknown, or on the CPU."""
+    rule = _SHARE_RULES.get(conf.name or "")
+    spec = launched_spec(files.summary) or {}
+    on_cpu = spec.get("device") == "cpu" or (
+        files.probe is not None and bool(files.probe.verdict("no-nvidia-gpu"))
+    )
+    if rule is None or on_cpu:
+        return None
+    setting = _share_setting(conf, spec)
+    if setting is None:
+        return None
+    total, in_use = _probe_memory(files)
+    flash = _flash_attention(conf)
+    logged_async = conf.resolved.get("use_async_batching")
+    graphs = conf.cuda_graphs is not None and conf.cuda_graphs.value
+    batch = conf.max_batch_tokens
+    return MemoryShare(
+        engine=rule,
+        value=setting.value,
+        source=setting.source,
+        total_bytes=total,
+        in_use_bytes=in_use,
+        batch_tokens=batch.value if batch is not None else TRANSFORMERS_BATCH_TOKENS,
+        flash_attention=flash,
+        async_batching=logged_async.value is True if logged_async else graphs and flash,
+    )
+
+
+def _share_setting(conf: EngineConfig, spec: dict[str, Any]) -> Setting[float] | None:
+    """The command's share flag, else the share the log resolved, else the spec's knob."""
+    candidates = [conf.resolved.get(name) for name in ("mem_fraction", *_SHARE_LOG_FIELDS)]
+    knobs = spec.get("knobs")
+    if isinstance(knobs, dict) and knobs.get("mem_fraction") is not None:
+        candidates.append(
+            Setting(knobs["mem_fraction"], "summary.json engine spec: knobs.mem_fraction")
+        )
+    for candidate in candidates:
+        share = _fraction(candidate.value) if candidate is not None else None
+        if candidate is not None and share is not None:
+            return Setting(share, candidate.source)
+    return None
+
+
+def _fraction(value: Any) -> float | None:
+    """A share in (0, 1] from a setting's value (the command's is text)."""
+    try:
+        share = float(value)
+    except (TypeError, ValueError):
+        return None
+    return share if 0 < share <= 1 else None
+
+
+def _flash_attention(conf: EngineConfig) -> bool:
+    """Whether transformers ran a flash attention (no masks): the command's implementation,
+    else its log's advice to use one, else its default (sdpa)."""
+    backend = conf.resolved.get("attention_backend")
+    if backend is not None:
+        return "flash" in str(backend.value)
+    logged = conf.resolved.get("flash_attention")
+    return logged is not None and logged.value is True
+
+
+def _probe_memory(files: RunFiles) -> tuple[float | None, float]:
+    """The GPUs' least total memory and most memory in use, from the probe; what was in
+    use counts only from a probe taken before a launched engine's run (an attached engine,
+    or a later probe, would count the engine itself)."""
+    if files.probe is None:
+        return None, 0.0
+    gpus = (files.probe.document.get("gpus") or {}).get("gpus") or []
+    totals = [g["memory_total_bytes"] for g in gpus if g.get("memory_total_bytes")]
+    used = [g["memory_used_bytes"] for g in gpus if g.get("memory_used_bytes") is not None]
+    launched = bool((files.summary.engine or {}).get("command"))
+    before = _before(files.probe.document.get("created_utc"), files.summary.run.started_utc)
+    in_use = float(max(used)) if used and launched and before else 0.0
+    return (float(min(totals)) if totals else None), in_use
+
+
+def _before(probed: Any, started: str) -> bool:
+    try:
+        return datetime.fromisoformat(str(probed)) <= datetime.fromisoformat(started)
+    except ValueError:
+        return False
 
 
 def _levels(files: RunFiles, cap: int | None, model: ModelView | None) -> list[LevelFacts]:
@@ -126,3 +237,13 @@ def _missing(files: RunFiles) -> dict[str, str]:
     if files.probe is None:
         missing["probe"] = files.probe_source
     return missing
+
+
+def _reported(summary: BenchSummary) -> dict[str, tuple[Any, str]]:
+    """What the engine said about its settings at the bench's preflight, for the run's
+    target model."""
+    info = summary.run.server_info
+    if info is None:
+        return {}
+    target = summary.run.target.get("model")
+    return settings_from_server_info(info, model=target if isinstance(target, str) else None)

@@ -15,9 +15,14 @@ recomputed (vLLM, SGLang's retractions). What shows it:
   the next while TPOT stays (newcomers waited outside the batch), at a level the cache's
   configured size (the engine's log or command) holds fewer requests of than it sent.
 
+Where the engine reports no cache size but the run configured a memory share, the model's
+cache at that share (by that engine's own rule, `servelab.model.configured_cache`) stands
+in for it, weighed as the model's and named so in the evidence.
+
 The first action sizes the cache in tokens (`kv_cache_tokens`: every engine servelab
 launches takes it, on the GPU and the CPU) for the heaviest level's requests; a memory
-share (`mem_fraction`) is offered only where the engine takes one on its device.
+share (`mem_fraction`) is offered only where the engine takes one on its device, with the
+share that holds them and its gain per the model where a share was configured.
 
 It cannot tell a full cache from a running cap without /metrics or the log's KV size.
 """
@@ -103,7 +108,7 @@ def kv_pressure(facts: RunFacts, lv: LevelFacts) -> dict[str, list[Evidence]]:
         ]
     fit = _fit(facts, lv)
     if fit is not None:
-        found["capacity"] = [fit]
+        found["capacity" if _engine_capacity(facts, lv) else "model"] = [fit]
     return found
 
 
@@ -172,7 +177,7 @@ def rule(facts: RunFacts) -> list[Finding]:
                 "growing with the load: throughput flattens and TTFT grows by whole "
                 "request times."
             ),
-            actions=_actions(facts),
+            actions=_actions(facts, running),
             expected_gain=gain,
             missing=missing,
             levels=[lv.level for lv in about],
@@ -194,6 +199,15 @@ def _admission_waits(facts: RunFacts) -> list[tuple[LevelFacts, list[Evidence]]]
 
 
 def _capacity(facts: RunFacts, lv: LevelFacts) -> tuple[float, str] | None:
+    """The engine's own KV size, else the model's at the configured memory share."""
+    own = _engine_capacity(facts, lv)
+    model = facts.model
+    if own is not None or model is None or model.share is None:
+        return own
+    return model.kv_capacity_tokens(), model.kv_source
+
+
+def _engine_capacity(facts: RunFacts, lv: LevelFacts) -> tuple[float, str] | None:
     """The engine's own KV size: /metrics first, then its log."""
     if lv.kv_capacity_tokens:
         return lv.kv_capacity_tokens, "engine metrics: sglang:max_total_num_tokens"
@@ -264,7 +278,7 @@ def _model_limit(
         what=f"requests of {lv.tokens_per_request:,.0f} tokens the model's KV cache holds",
         value=fits,
         unit="requests",
-        source="model: KV capacity",
+        source=facts.model.kv_source,
     )
 
 
@@ -273,7 +287,7 @@ def _running(about: list[LevelFacts]) -> float | None:
     return float(round(max(peaks))) if peaks else None
 
 
-def _actions(facts: RunFacts) -> list[Action]:
+def _actions(facts: RunFacts, running: float | None) -> list[Action]:
     actions = []
     heaviest = max(facts.closed, key=lambda lv: lv.load, default=None)
     if heaviest is not None:
@@ -288,9 +302,7 @@ def _actions(facts: RunFacts) -> list[Action]:
             )
         )
     if engine_on_cpu(facts) is None:
-        actions.append(
-            flag_name_action(facts.engine, "mem_fraction", "give the KV cache more memory")
-        )
+        actions.append(_memory_action(facts, heaviest, running))
     model = facts.model
     if model is None or model.deployment.kv_dtype is KvDtype.BF16:
         actions.append(
@@ -299,6 +311,32 @@ def _actions(facts: RunFacts) -> list[Action]:
             )
         )
     return actions
+
+
+def _memory_action(facts: RunFacts, lv: LevelFacts | None, running: float | None) -> Action:
+    """A larger memory share: where the run configured one and the model exists, the least
+    share whose cache (by the engine's rule) holds the heaviest level's requests, and what
+    the model expects of it; else the flag alone (the run cannot tell the value)."""
+    why = "give the KV cache more memory"
+    model = facts.model
+    share = model.share if model is not None else None
+    new = model.share_for(_tokens_for(lv)) if model is not None and lv is not None else None
+    if model is None or share is None or lv is None or new is None or new <= share.value:
+        return flag_name_action(facts.engine, "mem_fraction", why)
+    tokens = model.kv_capacity_tokens(new)
+    fits = tokens / max(lv.tokens_per_request, 1.0)
+    said = (
+        f"{why}, {new:g} instead of {share.value:g}: the model's cache there holds "
+        f"{tokens:,} tokens, {fits:.3g} requests of {lv.tokens_per_request:,.0f} tokens"
+    )
+    held = running or _held(facts, lv)
+    if held and held < lv.load:
+        inp, out = round(lv.input_tokens), max(round(lv.output_tokens), 1)
+        before = model.total_tokens_per_s(max(round(held), 1), inp, out)
+        after = model.total_tokens_per_s(round(min(lv.load, fits)), inp, out)
+        if before > 0 and after > before:
+            said += f", about {after / before:.2g}x total throughput at {lv.label} per the model"
+    return knob_action(facts.engine, "mem_fraction", new, said)
 
 
 def _tokens_for(lv: LevelFacts) -> int:

@@ -240,7 +240,7 @@ def _capacity(facts: RunFacts, lv: LevelFacts) -> tuple[float | None, str]:
     if facts.engine.kv_capacity_tokens is not None:
         return float(facts.engine.kv_capacity_tokens.value), facts.engine.kv_capacity_tokens.source
     if facts.model is not None:
-        return float(facts.model.kv_capacity_tokens()), "model: KV capacity"
+        return float(facts.model.kv_capacity_tokens()), facts.model.kv_source
     return None, ""
 
 
