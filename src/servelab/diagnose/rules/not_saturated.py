@@ -73,7 +73,7 @@ def _expected_knee(facts: RunFacts, last: LevelFacts) -> Evidence | None:
                 what="concurrency the model's KV cache holds (its last level)",
                 value=int(limit),
                 unit="requests",
-                source="model: KV capacity",
+                source=facts.model.kv_source,
             )
         growth = model_growth(facts, load, 2 * load, last)
         if growth is not None and growth < KNEE_GROWTH_PER_DOUBLING:
