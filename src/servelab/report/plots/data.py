@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from servelab.bench.results import LevelSummary
+from servelab.engines.signatures import LogScan
 
 __all__ = [
     "PLOT_KEYS",
@@ -64,6 +65,8 @@ class RunPlotInput:
     """GPUs serving the run, for tok/s per GPU; None counts as 1."""
     ceiling_total_tok_s: Callable[[int], float | None] | None = None
     """The analytic model's ceiling of total tok/s at a concurrency; None without a model."""
+    events: LogScan | None = None
+    """engine_events.json: the engine's log events, stamped on the bench clock, and its exit."""
 
     def __post_init__(self) -> None:
         if self.gpu_count is not None and self.gpu_count < 1:

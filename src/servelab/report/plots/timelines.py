@@ -5,12 +5,18 @@ Samples and requests share one clock (`perf_counter_ns`), so a row's `t_ns` and 
 rows of one 10 Hz tick are combined first (power summed over summed limits, utilization
 averaged), then any series is averaged down to at most `MAX_POINTS` points, so an hour of
 eight GPUs draws as fast as a minute of one.
+
+The engine timeline also marks the engine's log events (`engine_events.py`) on that axis:
+an engine without /metrics (transformers serve, the embedded engine) is drawn from its
+events alone, and its caption says its counts are not available.
 """
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -19,6 +25,7 @@ import numpy.typing as npt
 from servelab.core.units import NS_PER_S
 from servelab.report.plots._load import band_label
 from servelab.report.plots.data import Band, Line, LineRole, Panel, Plot, RunPlotInput
+from servelab.report.plots.engine_events import event_marks, event_notes
 
 __all__ = [
     "MAX_POINTS",
@@ -33,6 +40,12 @@ MAX_POINTS = 2000
 
 _X_LABEL = "time since the first measured request (s)"
 _PERCENT = 100.0
+_EVENTS_LINE = "log events"
+_EVENT_LANES = 6
+"""Markers step down through this many rows in time order, so neighbours' labels part..."""
+_MAX_EVENT_LANES = 16
+"""...or through as many as the markers drawn at one time (start-up's), up to this."""
+_COUNTS = ("running", "queued", "kv_usage")
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -46,6 +59,7 @@ class _Trace:
     t_s: FloatArray
     values: FloatArray
     role: LineRole = "trace"
+    labels: tuple[str, ...] = ()
 
 
 def gpu_timeline_plot(runs: Sequence[RunPlotInput]) -> Plot:
@@ -73,25 +87,48 @@ def gpu_timeline_plot(runs: Sequence[RunPlotInput]) -> Plot:
 
 
 def engine_timeline_plot(runs: Sequence[RunPlotInput]) -> Plot:
-    """Running and queued requests and KV cache usage from /metrics over time, levels shaded."""
+    """Running and queued requests and KV cache usage from /metrics over time, the engine's
+    log events marked, levels shaded; an engine without /metrics is drawn from its events."""
     panels = (
         Panel("requests", _X_LABEL, "requests", y_min=0),
         Panel("kv", _X_LABEL, "KV cache usage (%)", y_min=0, y_max=_PERCENT),
+        Panel("events", _X_LABEL, "log events", y_min=-0.5),
     )
-    return _timeline(
+    caption = (
+        "The requests the engine was running and holding in its queue (waiting), and how "
+        "full its KV cache was, from its Prometheus /metrics scraped at 10 Hz; each shaded "
+        "band is a load level. A running count that stays flat while the queue grows is "
+        "a cap on running requests; KV usage near 100% is a full cache."
+    )
+    if any(_has_events(run) for run in runs):
+        caption += (
+            " Each marker is a message of the engine's log (cache sizing, CUDA graphs, a full "
+            "KV cache, an error, its exit) at the time servelab read it, in rows that only "
+            "keep labels apart; those before the first measured request are drawn at 0 and "
+            "labelled start-up."
+        )
+    uncounted = [run for run in runs if _has_events(run) and not _has_counts(run.metrics_rows)]
+    for run in uncounted:
+        who = "this run" if len(runs) == 1 else run.label
+        why = _engine_missing(run.metrics_rows).removeprefix("no engine metrics: ")
+        caption += (
+            f" Running and queued requests and KV cache usage are not available for {who}: "
+            f"{why}; only its log events are drawn."
+        )
+    plot = _timeline(
         runs,
         key="engine_timeline",
         title="Engine requests and KV cache over time",
-        caption=(
-            "The requests the engine was running and holding in its queue (waiting), and how "
-            "full its KV cache was, from its Prometheus /metrics scraped at 10 Hz; each shaded "
-            "band is a load level. A running count that stays flat while the queue grows is "
-            "a cap on running requests; KV usage near 100% is a full cache."
-        ),
+        caption=caption,
         panels=panels,
-        traces_of=lambda run, origin: _engine_traces(run.metrics_rows, origin),
+        traces_of=lambda run, origin: [
+            *_engine_traces(run.metrics_rows, origin),
+            *_event_traces(run, origin),
+        ],
         reason_of=lambda run: _engine_missing(run.metrics_rows),
+        notes_of=lambda run: event_notes(run.events),
     )
+    return _room_for_labels(plot)
 
 
 def level_windows(records: Iterable[dict[str, Any]]) -> dict[int, tuple[int, int]]:
@@ -123,6 +160,7 @@ def _timeline(
     panels: tuple[Panel, ...],
     traces_of: Callable[[RunPlotInput, int], list[_Trace]],
     reason_of: Callable[[RunPlotInput], str],
+    notes_of: Callable[[RunPlotInput], list[str]] = lambda _run: [],
 ) -> Plot:
     lines: list[Line] = []
     bands: list[Band] = []
@@ -139,6 +177,7 @@ def _timeline(
             continue
         if sent is None:
             notes.append(f"{run.label}: no measured request; time counts from the first sample")
+        notes += [f"{run.label}: {note}" for note in notes_of(run)]
         lines.extend(
             Line(
                 run.label,
@@ -147,6 +186,7 @@ def _timeline(
                 tuple(trace.t_s.tolist()),
                 tuple(trace.values.tolist()),
                 role=trace.role,
+                point_labels=trace.labels,
             )
             for trace in traces
         )
@@ -187,9 +227,13 @@ def _bands(run: RunPlotInput, origin_ns: int) -> list[Band]:
 
 
 def _first_sample_ns(run: RunPlotInput) -> int | None:
+    """Time zero of a run without measured requests: its first sample or stamped event."""
     kinds = {"gpu", "gpm", "metrics"}
     rows = [*run.telemetry_rows, *run.metrics_rows]
-    return min((row["t_ns"] for row in rows if row.get("kind") in kinds), default=None)
+    stamps = [row["t_ns"] for row in rows if row.get("kind") in kinds]
+    if run.events is not None:
+        stamps += [e.t_mono_ns for e in run.events.events if e.t_mono_ns is not None]
+    return min(stamps, default=None)
 
 
 def _gpu_traces(rows: Sequence[dict[str, Any]], origin_ns: int) -> list[_Trace]:
@@ -227,6 +271,54 @@ def _engine_traces(rows: Sequence[dict[str, Any]], origin_ns: int) -> list[_Trac
         *_traces("requests", "queued", each, t_s, _column(scrapes, "queued"), role="queue"),
         *_traces("kv", "KV cache usage", each, t_s, kv),
     ]
+
+
+def _event_traces(run: RunPlotInput, origin_ns: int) -> list[_Trace]:
+    """The run's log events as labelled markers, stepping down the lanes in time order."""
+    marks = event_marks(run.events, origin_ns, level_windows(run.records))
+    if not marks:
+        return []
+    together = max(Counter(mark.t_s for mark in marks).values())
+    count = min(_MAX_EVENT_LANES, max(_EVENT_LANES, together))
+    lanes = [count - 1 - i % count for i in range(len(marks))]
+    return [
+        _Trace(
+            "events",
+            _EVENTS_LINE,
+            np.array([mark.t_s for mark in marks], dtype=np.float64),
+            np.array(lanes, dtype=np.float64),
+            role="points",
+            labels=tuple(mark.label for mark in marks),
+        )
+    ]
+
+
+def _room_for_labels(plot: Plot) -> Plot:
+    """The events panel reaches one row above its top marker, where that marker's label is."""
+    tops = [max(line.y) for line in plot.lines() if line.panel == "events"]
+    if not tops:
+        return plot
+    panels = tuple(
+        replace(panel, y_max=max(tops) + 1) if panel.name == "events" else panel
+        for panel in plot.panels
+    )
+    return replace(plot, panels=panels)
+
+
+def _has_events(run: RunPlotInput) -> bool:
+    return run.events is not None and (
+        any(e.t_mono_ns is not None for e in run.events.events) or run.events.exit is not None
+    )
+
+
+def _has_counts(rows: Sequence[dict[str, Any]]) -> bool:
+    """Whether any scrape gave a running or queued count or a KV usage to draw."""
+    return any(
+        isinstance(row.get(name), int | float) and math.isfinite(row[name])
+        for row in rows
+        if row.get("kind") == "metrics"
+        for name in _COUNTS
+    )
 
 
 def _column(rows: Sequence[dict[str, Any]], name: str) -> FloatArray:

@@ -8,6 +8,8 @@ from servelab.engines.signatures import KIND_INFO, LogScan
 from servelab.report.diagnosis import evidence_text
 from servelab.report.document import Block, Bullets, Paragraph, Section, Table, Tone
 from servelab.report.inputs import ReportRun
+from servelab.report.plots import run_origin_ns
+from servelab.report.plots.engine_events import event_time_text
 from servelab.report.sections._common import sentence, tone_of
 from servelab.report.sections.profile import profile_section
 from servelab.store import ENGINE_LOG_FILE
@@ -114,13 +116,27 @@ def _warnings(scan: LogScan | None, run: ReportRun) -> list[Block]:
         return [
             Paragraph(f"No known signature in {scan.lines:,} lines of {ENGINE_LOG_FILE}.", "good")
         ]
+    origin = run_origin_ns(run.records)
     items: list[tuple[Tone, str, list[str]]] = []
+    timed = False
     for event in sorted(scan.events, key=lambda e: (e.severity.rank, e.line_no)):
         repeated = f" (x{event.count})" if event.count > 1 else ""
-        sub = [f"line {event.line_no}: {event.text}"]
+        when = event_time_text(event, origin)
+        timed = timed or when is not None
+        at = f" at {when}" if when is not None else ""
+        sub = [f"line {event.line_no}{at}: {event.text}"]
         if event.severity.value != "info":
             sub.append(f"try: {KIND_INFO[event.kind].advice}")
         items.append(
             (tone_of(event.severity), f"{event.severity.value} {event.kind.value}{repeated}", sub)
         )
-    return [Paragraph(f"From {scan.lines:,} lines of {ENGINE_LOG_FILE}:"), Bullets(items)]
+    clock = (
+        " (times: seconds since the first measured request, as on the engine timeline; "
+        "a repeated message at its first occurrence)"
+        if timed
+        else ""
+    )
+    return [
+        Paragraph(f"From {scan.lines:,} lines of {ENGINE_LOG_FILE}{clock}:"),
+        Bullets(items),
+    ]

@@ -62,6 +62,7 @@ def plot_input(run: ReportRun, label: str | None = None) -> RunPlotInput:
         metrics_rows=run.metrics_rows,
         gpu_count=run.gpu_count,
         ceiling_total_tok_s=_ceiling(run),
+        events=run.events,
     )
 
 
