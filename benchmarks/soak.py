@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from servelab.core.net import port_free
-from servelab.core.processes import group_alive
+from servelab.core.processes import all_proc_stats, group_alive
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import launch_engine
 
@@ -85,16 +85,7 @@ def soak(engine: str, cycles: int, log_dir: Path) -> tuple[SoakResult, list[int]
 
 def descendants(pid: int) -> list[int]:
     """Every live process whose parent chain reaches `pid`."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if fields[0] != "Z":
-                parents[int(entry.name)] = int(fields[1])
+    parents = {stat.pid: stat.ppid for stat in all_proc_stats() if stat.state != "Z"}
     found = []
     for child in parents:
         ancestor = parents.get(child)

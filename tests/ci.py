@@ -21,10 +21,11 @@ def in_ci() -> bool:
 
 
 def missing(why: str) -> None:
-    """Fail in CI, skip elsewhere, with the reason."""
+    """Fail in CI, skip elsewhere, with the reason; in a test, or at a module's top (the
+    whole module then: pytest refuses a module-level skip not marked as one)."""
     if in_ci():
         pytest.fail(f"CI={os.environ.get('CI')} and {why}", pytrace=False)
-    pytest.skip(why)
+    pytest.skip(why, allow_module_level=True)
 
 
 def require_module(name: str) -> ModuleType:

@@ -31,6 +31,7 @@ from servelab.bench.transport import (
     Target,
     request_head,
 )
+from tests.ci import missing
 
 CLOSE = b""
 """In a reply: close the connection here."""
@@ -252,8 +253,9 @@ def test_request_heads_refuse_line_breaks_and_keep_given_host() -> None:
         Target.parse("ftp://127.0.0.1/")
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_https_with_a_certificate_the_client_trusts(tmp_path: Path) -> None:
+    if shutil.which("openssl") is None:
+        missing("the openssl command is not installed (it makes the test's certificate)")
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
     subprocess.run(
         [

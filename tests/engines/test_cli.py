@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from servelab.cli.engine import engine_app
 from servelab.engines.detached import engine_down
 from servelab.engines.state import load_records
+from tests.sessions import session_left
 
 runner = CliRunner()
 
@@ -39,18 +40,6 @@ def cleanup():
 
 def invoke(*args: str):
     return runner.invoke(engine_app, list(args), catch_exceptions=False)
-
-
-def alive(pgid: int) -> bool:
-    """Any process of the group, zombies aside (the supervisor is this test's child)."""
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            return True
-    return False
 
 
 def get(url: str) -> dict:
@@ -146,7 +135,8 @@ def test_up_list_logs_down_with_the_simulator(cleanup):
     result = invoke("down", "a", "--grace", "5s")
     assert result.exit_code == 0, result.output
     assert result.output.startswith("a stopped\n  GPU memory: ")
-    assert not alive(pgid) and not alive(supervisor)
+    # The engine and its supervisor each lead a session: nothing of either is left.
+    assert session_left(pgid) == [] and session_left(supervisor) == []
     assert invoke("list").output.strip() == "no engine is running"
     # Its log outlives it.
     assert "servelab: engine exited with code 0" in invoke("logs", "a").output
@@ -166,7 +156,8 @@ def test_the_engine_outlives_the_up_process(cleanup, _state: Path):
     with urllib.request.urlopen(record["url"] + "/v1/models", timeout=5) as response:
         assert response.status == 200
     assert invoke("down", "p").exit_code == 0
-    assert not alive(record["engine_process"]["pid"]) and not alive(record["supervisor"]["pid"])
+    assert session_left(record["engine_process"]["pid"]) == []
+    assert session_left(record["supervisor"]["pid"]) == []
 
 
 def test_an_engine_that_dies_at_start_up_exits_5_with_its_log(cleanup):
@@ -193,7 +184,7 @@ def test_down_all_and_stale_entries(cleanup):
     assert "one stopped" in result.output and "two stopped" in result.output
     assert load_records() == {}
     for record in records.values():
-        assert not alive(record.pgid) and not alive(record.supervisor.pid)
+        assert session_left(record.pgid) == [] and session_left(record.supervisor.pid) == []
 
 
 def test_logs_follow_until_the_engine_stops(cleanup):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import importlib.util
 import sys
 from importlib import resources
 from pathlib import Path
@@ -27,6 +26,7 @@ from servelab.engines.sglang import LAYOUT_FLAGS as SGLANG_LAYOUT
 from servelab.engines.transformers_serve import KNOB_FLAGS as TRANSFORMERS_KNOBS
 from servelab.engines.vllm import KNOB_FLAGS as VLLM_KNOBS
 from servelab.engines.vllm import LAYOUT_FLAGS as VLLM_LAYOUT
+from tests.ci import missing, require_module
 
 VALUES = {
     "max_running_requests": 8,
@@ -40,7 +40,6 @@ VALUES = {
     "moe_backend": "x",
     "max_batch_tokens": 8,
 }
-HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 CONSTRAINTS = Path(__file__).parents[2] / "constraints" / "cpu.txt"
 
 
@@ -147,8 +146,8 @@ def _transformers_help() -> FlagSet:
     return found
 
 
-@pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers (the local extra) is not installed")
 def test_transformers_flags_against_its_real_help():
+    require_module("transformers")  # the local extra
     cli = get_adapter("transformers").cli  # type: ignore[attr-defined]
     found = _transformers_help()
     wanted = mapped_flags(TRANSFORMERS_KNOBS, VALUES)
@@ -158,13 +157,13 @@ def test_transformers_flags_against_its_real_help():
     assert problem.suggestion == "--attn-implementation"
 
 
-@pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers (the local extra) is not installed")
 def test_the_recorded_transformers_list_is_its_help():
+    require_module("transformers")  # the local extra
     recorded = get_adapter("transformers").cli.recorded  # type: ignore[attr-defined]
     version = recorded.removeprefix("transformers-").removesuffix(".txt")
     installed = importlib.metadata.version("transformers")
     if installed != version:
-        pytest.skip(
+        missing(
             f"the recorded list {recorded} is of transformers {version}, installed is "
             f"{installed} (constraints/cpu.txt pins {version})"
         )
@@ -178,8 +177,8 @@ def test_the_cpu_constraints_pin_the_transformers_of_the_recorded_list():
     assert f"transformers=={version}" in pins
 
 
-@pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers (the local extra) is not installed")
 def test_check_uses_the_installed_transformers():
+    require_module("transformers")  # the local extra
     spec = EngineSpec(
         engine="transformers",
         model="m",

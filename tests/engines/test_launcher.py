@@ -12,9 +12,10 @@ import pytest
 
 from servelab.core.errors import EngineLaunchError
 from servelab.core.processes import group_alive
+from servelab.engines import launcher
 from servelab.engines.base import EngineSpec
 from servelab.engines.enginelog import parse_log_line
-from servelab.engines.launcher import launch_engine
+from servelab.engines.launcher import RunningEngine, launch_engine
 from servelab.engines.registry import register
 from tests.engines.stub import STUB, StubEngine
 from tests.sessions import session_left
@@ -28,20 +29,19 @@ def spec(**options: Any) -> EngineSpec:
     return EngineSpec(engine="stub-engine", options=options, env=env, startup_timeout_s=timeout)
 
 
-def processes_with(marker: str) -> list[int]:
-    """Live processes whose command line mentions `marker`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
+@pytest.fixture
+def sessions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The session id of every engine launch_engine starts (its pid: it leads a new
+    session), one that fails to start included, which no other handle reaches."""
+    started: list[int] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> RunningEngine:
+        engine = RunningEngine(*args, **kwargs)
+        started.append(engine.pid)
+        return engine
+
+    monkeypatch.setattr(launcher, "RunningEngine", recorded)
+    return started
 
 
 def test_env_is_the_parents_with_the_specs_on_top(tmp_path: Path, monkeypatch):
@@ -92,28 +92,27 @@ def test_a_failing_hook_is_dropped_not_the_log(tmp_path: Path):
     assert "two" in lines
 
 
-def test_a_child_that_dies_while_starting_shows_the_tail(tmp_path: Path):
+def test_a_child_that_dies_while_starting_shows_the_tail(tmp_path: Path, sessions: list[int]):
     with pytest.raises(EngineLaunchError) as caught:
-        launch_engine(
-            spec(lines=["starting up"], exit=3, marker=str(tmp_path)),
-            log_path=tmp_path / "engine.log",
-        )
-    assert processes_with(str(tmp_path)) == []
+        launch_engine(spec(lines=["starting up"], exit=3), log_path=tmp_path / "engine.log")
+    [sid] = sessions
+    assert session_left(sid) == []
     assert str(caught.value) == "stub-engine exited with code 3 while starting"
     assert caught.value.log_tail[-2:] == ["starting up", "stub: fatal error while loading"]
     assert caught.value.log_path == str(tmp_path / "engine.log")
 
 
-def test_a_child_that_never_becomes_ready_is_stopped(tmp_path: Path):
+def test_a_child_that_never_becomes_ready_is_stopped(tmp_path: Path, sessions: list[int]):
     with pytest.raises(EngineLaunchError, match=r"not ready after 1 s$") as caught:
         launch_engine(
-            spec(delay=-1, lines=["waiting forever"], timeout=1.0, marker=str(tmp_path)),
+            spec(delay=-1, lines=["waiting forever"], timeout=1.0),
             log_path=tmp_path / "engine.log",
         )
     assert "waiting forever" in caught.value.log_tail
     last = parse_log_line((tmp_path / "engine.log").read_text().splitlines()[-1])[2]
     assert last == "servelab: engine exited with code -15"
-    assert processes_with(str(tmp_path)) == []
+    [sid] = sessions
+    assert session_left(sid) == []
 
 
 def test_health_alone_is_not_ready_when_the_models_list_is_missing(tmp_path: Path):

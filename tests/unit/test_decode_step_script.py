@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.embedded import get_preset
+from tests.ci import require_module
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+require_module("torch")
+require_module("transformers")
 
 ROOT = Path(__file__).parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu" / "decode_step.py"

@@ -41,7 +41,8 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 @dataclass(frozen=True, slots=True)
 class ProcStat:
-    """The fields of /proc/PID/stat that say who a process belongs to and what it costs."""
+    """The fields of /proc/PID/stat that say who a process belongs to, what it costs and
+    when it started."""
 
     pid: int
     state: str
@@ -50,6 +51,10 @@ class ProcStat:
     session: int
     user_s: float
     system_s: float
+    start_ticks: int | None
+    """Field 22, starttime: clock ticks after boot. With the pid it names one process (a
+    pid is reused, never with the same start); None for a line cut short of it (the kernel
+    writes all 52 fields; a hand-written line in a test need not)."""
 
     @property
     def cpu_s(self) -> float:
@@ -75,6 +80,7 @@ def proc_stat(pid: int, proc: Path = _PROC) -> ProcStat | None:
         session=int(fields[3]),
         user_s=int(fields[11]) / CLOCK_TICKS,
         system_s=int(fields[12]) / CLOCK_TICKS,
+        start_ticks=int(fields[19]) if len(fields) > 19 else None,
     )
 
 

@@ -12,9 +12,9 @@ GPU) there is nothing to check: n/a.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
+from servelab.core.processes import proc_stat
 from servelab.core.units import GIB
 from servelab.probe.nvml import PynvmlSource, open_nvml_with_reason
 
@@ -103,12 +103,10 @@ def _belongs(pid: int, pgid: int) -> bool:
     """In the engine's group or below its leader; also a PID from another namespace."""
     seen = 0
     while pid > 1 and seen < _MAX_DEPTH:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
+        stat = proc_stat(pid)
+        if stat is None:
             return seen == 0  # not in this namespace (a container): NVML's host PID
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if pid == pgid or int(fields[2]) == pgid:
+        if pid == pgid or stat.pgrp == pgid:
             return True
-        pid, seen = int(fields[1]), seen + 1
+        pid, seen = stat.ppid, seen + 1
     return False

@@ -20,7 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from servelab.core.errors import ConfigError
-from servelab.core.processes import group_alive, signal_group
+from servelab.core.processes import group_alive, proc_stat, signal_group
 
 __all__ = [
     "STATE_ENV",
@@ -159,12 +159,8 @@ def _write(records: dict[str, EngineRecord]) -> None:
 
 
 def _start_ticks(pid: int) -> int | None:
-    """Field 22 of /proc/<pid>/stat, after the parenthesised command name; None if gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":
+    """The process's start time (ProcStat.start_ticks); None if it is gone."""
+    stat = proc_stat(pid)
+    if stat is None or stat.state == "Z":
         return None  # a zombie has exited; only its exit status is left
-    return int(fields[19])
+    return stat.start_ticks
