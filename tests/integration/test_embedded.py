@@ -14,6 +14,7 @@ from servelab.bench.knee import find_knee
 from servelab.bench.results import LevelSummary
 from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.workload import WorkloadSpec
+from servelab.diagnose.cpu_layers import OP_FLOOR_NAME, ROOFLINE_NAME
 from servelab.engines.base import EngineSpec
 from servelab.engines.launcher import RunningEngine, launch_engine
 from servelab.probe.nvml import open_nvml_with_reason
@@ -136,6 +137,23 @@ def test_servelab_run_end_to_end(demo_run: DemoRun):
     assert all(lv["engine_cpu"]["cores"] > 0 for lv in summary["levels"])
     assert session_left(summary["engine"]["pid"]) == []  # it led its session: all of it ended
     assert f"report: {out / 'report.html'}" in result.stderr
+    if gpus_here == 0:
+        _cpu_layers_hold_the_measured_step(json.loads((out / "diagnosis.json").read_text()))
+
+
+def _cpu_layers_hold_the_measured_step(diagnosis: dict) -> None:
+    """On the CPU the gap has its layers: the model's roofline from the probe's measured
+    rates at the engine's threads and the eager op floor, each below the measured step
+    (a ceiling the engine beat would be a wrong model), the engine's own layer last."""
+    points = diagnosis["layers"]
+    assert points and points[0]["point"] == "single stream", points
+    for point in points:
+        layers = {layer["name"]: layer for layer in point["layers"]}
+        ceilings = [layers[ROOFLINE_NAME], layers[OP_FLOOR_NAME]]
+        assert all(c["available"] and c["ms_per_token"] > 0 for c in ceilings), ceilings
+        measured = point["layers"][-1]
+        assert measured["available"] and measured["ms_per_token"] is not None, measured
+        assert all(c["ms_per_token"] <= measured["ms_per_token"] for c in ceilings), point
 
 
 def test_run_against_an_existing_endpoint(start_sim, tmp_path: Path):

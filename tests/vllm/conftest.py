@@ -7,16 +7,20 @@ is absent (a GPU box, a quick checkout) the tests that need vLLM skip, saying wh
 vLLM takes about a minute to start on two cores, so the suite starts it at most
 `LAUNCH_BUDGET` times, each taking a slot with `launch_slot`: one session-scoped engine
 every test that needs a live vLLM shares, one tuning study of two trials (two launches)
-whose run directories the sweep, diagnose and tune tests read, and one launch the
-teardown test ends itself. Every vLLM serves the embedded tiny model (the folder
-transformers serve runs on) with a 1 GiB KV cache and 1,024-token sequences:
+whose run directories the sweep, diagnose and tune tests read (its second trial applies
+diagnose's cap action), one launch that applies kv_capacity's action to check its
+predicted gain, and one launch the teardown test ends itself. Every vLLM serves the
+embedded tiny model (the folder transformers serve runs on) with a 1 GiB KV cache and
+1,024-token sequences:
 
 - `vllm_kv_limited`: 12 KV blocks (`--num-gpu-blocks-override 12`, 1,536 tokens) and
   room for 64 running requests, so the cache, not the cap, stops admission; launched with
   its torch profiler on (`--profiler-config`), which stays idle until a test starts it.
 - `vllm_tune_study`: `servelab tune` from `max_running_requests: 2` over the cap, the
-  capped sweep's load (2, 8 and 64 concurrent requests) in each trial.
-- `vllm_capped_sweep`: that study's trial at a cap of 8 (`--max-num-seqs 8`).
+  capped sweep's load (1, 2, 8 and 64 concurrent requests) in each trial; its second
+  trial is diagnose's running_request_cap action (a cap of 64).
+- `vllm_capped_sweep`: that study's default trial, a cap of 2 (`--max-num-seqs 2`).
+- `vllm_kv_rerun`: the KV sweep on a vLLM with kv_capacity's action (its cache in tokens).
 
 Tests that need a real vLLM live under tests/vllm/, where these fixtures are visible.
 
@@ -26,6 +30,8 @@ Worker) and port are checked to be gone; a leftover fails the session's teardown
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import socket
 import time
@@ -39,9 +45,11 @@ import pytest
 
 from servelab.bench.results import BenchSummary
 from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
-from servelab.bench.trial import PROFILE_DIR, for_engine
+from servelab.bench.trial import PROFILE_DIR, engine_info, for_engine, save_engine_events
 from servelab.bench.workload import WorkloadSpec
 from servelab.core.processes import group_alive
+from servelab.diagnose import DiagnoseOptions, diagnose_run
+from servelab.diagnose.findings import Finding, FindingKind
 from servelab.engines.base import EngineSpec, Knobs
 from servelab.engines.embedded import ensure_model
 from servelab.engines.launcher import RunningEngine
@@ -58,7 +66,7 @@ VLLM_VENV = Path(os.environ.get("SERVELAB_VLLM_VENV", REPO / ".venv-vllm"))
 VLLM_PYTHON = VLLM_VENV / "bin" / "python"
 VLLM_STAMP = VLLM_VENV / ".vllm-installed"
 
-LAUNCH_BUDGET = 4
+LAUNCH_BUDGET = 5
 """vLLM starts (a model loaded) the whole suite may make."""
 
 STARTUP_TIMEOUT_S = 300.0
@@ -224,13 +232,19 @@ def _start(spec: EngineSpec, log_path: Path, what: str) -> Iterator[VllmEngine]:
     started = time.monotonic()
     watched = launch_watched(spec, log_path=log_path)
     engine = VllmEngine(watched, time.monotonic() - started)
-    yield engine
     running = engine.engine
+    try:
+        yield engine
+    finally:
+        running.stop()
     host = running.spec.host or "127.0.0.1"
     port = int(running.url.rsplit(":", 1)[1])
-    running.stop()
     left = leftovers(running.pgid, host, port, before)
     assert not left, f"{what}: {'; '.join(left)}"
+
+
+_started = contextlib.contextmanager(_start)
+"""A launch for the length of a `with` block: stopped at its end, whatever happened in it."""
 
 
 @pytest.fixture(scope="session")
@@ -248,9 +262,9 @@ def vllm_kv_limited(
     yield from _start(spec, folder / "engine.log", "vllm_kv_limited")
 
 
-CAPPED_LEVELS = (2, 8, 64)
-"""Below, at and far above the cap. The knee rule compares per doubling, so 8 → 64 must
-add under 33% in all: it does when 8 running requests keep the engine busy."""
+CAPPED_LEVELS = (1, 2, 8, 64)
+"""Below, at and far above the cap. The knee rule compares per doubling, so 2 → 8 → 64
+must add under 33% per doubling: it does when the cap's requests keep the engine busy."""
 SWEEP_SECONDS = 10.0
 SWEEP_WORKLOAD = WorkloadSpec(input_len=512, output_len=128, range_ratio=0.5)
 """Long prompts, uneven lengths, and (in the sweeps) no streaming. On two cores vLLM's API
@@ -262,11 +276,18 @@ cap also empties in waves. Measured on two cores, from 8 to 64 concurrent reques
 with streaming (none)."""
 
 
-BASE_CAP = 2
-"""The tuning study's starting point, a quarter of the cap the sweep tests read. From 4 the
-raised cap measured 1.20-1.36x at 8 concurrent on two cores, inside the noise band of
-vLLM-CPU levels there (each level's halves drifted 11-33% apart); from 2 the gain is one
-the band resolves."""
+CAP = 2
+"""The tuning study's starting point, and the capped sweep the sweep and diagnose tests
+read. From 4 a raised cap measured 1.20-1.36x at 8 concurrent on two cores, inside the
+noise band of vLLM-CPU levels there (each level's halves drifted 11-33% apart); from 2 the
+gain is one the band resolves."""
+RAISED_CAP = 64
+"""The study's other setting: the cap diagnose's running_request_cap action asks for from
+a cap of 2 under this sweep (the largest load tested: the cache holds far more), so the
+study's second trial is that action, and its prediction is checked by what it measured."""
+OBJECTIVE_LEVEL = 8
+"""The study's objective is read at 8 concurrent: enough requests for a noise band in a
+10 s level (blocks of 8), where the raised cap runs four times the default's requests."""
 
 
 @dataclass(frozen=True)
@@ -294,16 +315,16 @@ class TuneRun:
 def vllm_tune_study(
     vllm_spec: Callable[..., EngineSpec], tmp_path_factory: pytest.TempPathFactory
 ) -> TuneRun:
-    """`servelab tune` on the real vLLM from a cap of 2, the space over the cap (8), each
+    """`servelab tune` on the real vLLM from a cap of 2, the space over the cap (64), each
     trial the capped sweep's load: the default, then the raised cap (diagnose's action, or
     the grid's other point when diagnose proposes another value). Two launches."""
-    base = vllm_spec(knobs=Knobs(max_model_len=MAX_MODEL_LEN, max_running_requests=BASE_CAP))
+    base = vllm_spec(knobs=Knobs(max_model_len=MAX_MODEL_LEN, max_running_requests=CAP))
     folder = tmp_path_factory.mktemp("vllm-tune") / "study"
     space = parse_space(
         {
             "study": "vllm-cap",
             "base": base.model_dump(mode="json", exclude_defaults=True),
-            "space": {"knobs.max_running_requests": [CAP]},
+            "space": {"knobs.max_running_requests": [RAISED_CAP]},
             "workload": {"input_len": 512, "output_len": 128, "range_ratio": 0.5},
             "load": {
                 "concurrency": list(CAPPED_LEVELS),
@@ -311,10 +332,10 @@ def vllm_tune_study(
                 # A level's first batches of a new size compile on vLLM's CPU backend: with
                 # one warm-up request the first half of a level ran up to 17% slower than
                 # its second, which widened the noise band past a 1.3x gain.
-                "warmup": 2 * CAP,
+                "warmup": 2 * OBJECTIVE_LEVEL,
                 "stream": False,
             },
-            "objective": f"total_throughput@{CAP}",
+            "objective": f"total_throughput@{OBJECTIVE_LEVEL}",
             "early_stop": 0,
             "trials": 2,
         },
@@ -322,8 +343,8 @@ def vllm_tune_study(
         text="",
         default_name="vllm-cap",
     )
-    launch_slot(f"tune trial: the default, a cap of {BASE_CAP}")
-    launch_slot("tune trial: a cap of 8")
+    launch_slot(f"tune trial: the default, a cap of {CAP}")
+    launch_slot(f"tune trial: a cap of {RAISED_CAP}")
     before = vllm_processes()
     result = run_study(space, WorkerConfig(out=folder, runs_root=folder.parent / "runs"))
     assert vllm_processes() - before == set(), "a trial's vLLM outlived its trial"
@@ -332,43 +353,36 @@ def vllm_tune_study(
 
 @pytest.fixture(scope="session")
 def vllm_capped_sweep(vllm_tune_study: TuneRun) -> BenchOutcome:
-    """The study's trial at a cap of 8: a closed-loop sweep at 2, 8 and 64 concurrent
-    requests, its /metrics and log stats read: the run directory diagnose and report tests
-    start from."""
+    """The study's default trial, a cap of 2: a closed-loop sweep at 1, 2, 8 and 64
+    concurrent requests, its /metrics and log stats read: the run directory diagnose and
+    report tests start from."""
     run_dir = vllm_tune_study.run_dir(vllm_tune_study.trial_at_cap(CAP))
     summary = RunDir(run_dir).load_summary(BenchSummary)
     assert summary is not None
     return BenchOutcome(summary, run_dir)
 
 
-@pytest.fixture(scope="session")
-def vllm_kv_limited_sweep(
-    vllm_kv_limited: VllmEngine, tmp_path_factory: pytest.TempPathFactory
-) -> BenchOutcome:
-    """The KV-limited engine at 2 and 32 concurrent requests: 12 blocks of 128 tokens (one
-    is vLLM's own), a prompt takes one and each request grows to three, so 32 cannot all
-    run although the cap is 64. The run directory the KV tests start from.
+KV_LEVELS = (2, 32)
+KV_WORKLOAD = WorkloadSpec(input_len=64, output_len=256, range_ratio=0.5)
+"""A prompt takes one of the 12 blocks of 128 tokens and each request grows to three, so
+32 cannot all run although the cap is 64."""
 
-    A sweep whose own self-check says the client's event loop stood still for over a
-    second, or that its lag was material against what it measured (the two-core machine
-    paused every process at once: the engine's log lines were late by as much), measured
-    the pause, not the engine: it is run once more."""
+
+def _sweep_without_pauses(config: BenchConfig, engine: VllmEngine) -> BenchOutcome:
+    """A sweep, run once more when its own self-check says the client's event loop stood
+    still for over a second, or that its lag was material against what it measured (the
+    two-core machine paused every process at once: the engine's log lines were late by
+    as much): such a sweep measured the pause, not the engine. It keeps what `servelab
+    bench --engine` keeps: the launch command and the log's signatures."""
     for attempt in range(2):
-        config = for_engine(
-            BenchConfig(
-                url=vllm_kv_limited.engine.url,
-                levels=[2.0, 32.0],
-                duration_s=8.0,
-                warmup=1,
-                stream=False,
-                workload=WorkloadSpec(input_len=64, output_len=256, range_ratio=0.5),
-                out=tmp_path_factory.mktemp("vllm-kv-limited-sweep") / "run",
-                name="vllm-kv-limited",
-            ),
-            vllm_kv_limited.engine,
-            metrics=True,
+        assert config.out is not None
+        out = config.out if attempt == 0 else config.out.with_name(config.out.name + "-again")
+        outcome = run_bench(
+            for_engine(dataclasses.replace(config, out=out), engine.engine, metrics=True),
+            engine_info=engine_info(engine.engine),
+            log_stats=engine.watched.log_stats,
         )
-        outcome = run_bench(config, log_stats=vllm_kv_limited.watched.log_stats)
+        save_engine_events(RunDir(outcome.run_dir), engine.watched, None)
         clients = [lv.client for lv in outcome.summary.levels if lv.client]
         stalls = [
             c.client_bound_reason or f"loop stood still {c.max_loop_lag_ms:.0f} ms"
@@ -377,8 +391,80 @@ def vllm_kv_limited_sweep(
         ]
         if not stalls or attempt:
             return outcome
-        warnings.warn(f"vLLM KV sweep: the client's {stalls[0]}; run again", stacklevel=1)
+        warnings.warn(f"vLLM sweep {config.name}: {stalls[0]}; run again", stacklevel=1)
     raise AssertionError("unreachable")
+
+
+def _kv_sweep(
+    engine: VllmEngine, out: Path, name: str, *, applies: str | None = None
+) -> BenchOutcome:
+    return _sweep_without_pauses(
+        BenchConfig(
+            url=engine.url,
+            levels=[float(level) for level in KV_LEVELS],
+            duration_s=8.0,
+            warmup=1,
+            stream=False,
+            workload=KV_WORKLOAD,
+            out=out,
+            name=name,
+            applies=applies,
+        ),
+        engine,
+    )
+
+
+@pytest.fixture(scope="session")
+def vllm_kv_limited_sweep(
+    vllm_kv_limited: VllmEngine, tmp_path_factory: pytest.TempPathFactory
+) -> BenchOutcome:
+    """The KV-limited engine at 2 and 32 concurrent requests: the run directory the KV tests
+    start from."""
+    return _kv_sweep(
+        vllm_kv_limited, tmp_path_factory.mktemp("vllm-kv-limited") / "run", "vllm-kv-limited"
+    )
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """A planted run, the finding diagnose made of it, and the run that applied its first
+    action: the check of that finding's expected gain."""
+
+    planted: BenchOutcome
+    finding: Finding
+    applied: BenchOutcome
+
+
+def _first_action(outcome: BenchOutcome, kind: FindingKind) -> tuple[Finding, str, Any]:
+    """The finding of `kind` in the planted run's diagnosis and its first settable action."""
+    diagnosis = diagnose_run(outcome.run_dir, DiagnoseOptions(engine="vllm"))
+    finding = next((f for f in diagnosis.findings if f.kind is kind), None)
+    assert finding is not None, [f.kind.value for f in diagnosis.findings]
+    action = next((a for a in finding.actions if a.knob and a.value is not None), None)
+    assert action is not None and action.knob is not None, finding.actions
+    return finding, action.knob, action.value
+
+
+@pytest.fixture(scope="session")
+def vllm_kv_rerun(
+    vllm_kv_limited_sweep: BenchOutcome,
+    vllm_spec: Callable[..., EngineSpec],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Rerun:
+    """The KV sweep again on a vLLM launched with kv_capacity's first action (the cache in
+    tokens for the heaviest level) in place of the 12 blocks: one launch, stopped once it
+    has been swept."""
+    finding, knob, value = _first_action(vllm_kv_limited_sweep, FindingKind.KV_CAPACITY)
+    assert knob == "kv_cache_tokens", (knob, value)
+    spec = vllm_spec(
+        knobs=Knobs(max_model_len=MAX_MODEL_LEN, max_running_requests=64, kv_cache_tokens=value)
+    )
+    folder = tmp_path_factory.mktemp("vllm-kv-rerun")
+    spec = VLLM_PROFILER.enable(spec, folder / PROFILE_DIR)  # as the planted engine ran
+    applies = f"{vllm_kv_limited_sweep.run_dir}:{FindingKind.KV_CAPACITY.value}"
+    with _started(spec, folder / "engine.log", "the KV sweep with kv_capacity's action") as engine:
+        applied = _kv_sweep(engine, folder / "run", "vllm-kv-applied", applies=applies)
+    return Rerun(vllm_kv_limited_sweep, finding, applied)
 
 
 PAUSED_MS = 1000.0
