@@ -253,7 +253,7 @@ def test_two_runs_of_one_configuration_differ_less_than_a_changed_knob(
     """A band is drawn within each run and cannot see the machine wander between runs: six
     identical demo-sized runs on a 2-core machine read 22 of 135 banded changes "outside
     noise", the largest 21% (benchmarks/README.md). What holds is the size: a repeat moves
-    every banded metric by less than the changed knob moves TTFT (+85%)."""
+    every banded metric by less than 40% (the changed knob moves TTFT by +39% to +85%)."""
     a, a2 = (load_report_run(embedded_runs[k]) for k in ("a", "a2"))
     banded = [d for d in compare_runs(a, a2) if d.band is not None]
     assert len(banded) >= 8  # throughputs, single stream, TTFT and TPOT p50 at 1 and 4
@@ -263,14 +263,20 @@ def test_two_runs_of_one_configuration_differ_less_than_a_changed_knob(
     assert f"{len(banded)} noise bands" in text
 
 
-def test_a_changed_knob_shows_outside_noise_in_the_report(embedded_runs, tmp_path: Path):
-    a, chunked = load_report_run(embedded_runs["a"]), load_report_run(embedded_runs["chunked"])
-    ttft = next(
-        d
-        for d in compare_runs(a, chunked)
-        if d.metric.name == "TTFT p50" and d.load == "concurrency 1"
+def _ttft_at_one(a: ReportRun, b: ReportRun) -> MetricDelta:
+    return next(
+        d for d in compare_runs(a, b) if d.metric.name == "TTFT p50" and d.load == "concurrency 1"
     )
-    assert ttft.verdict == "worse" and ttft.change > 0.5, ttft.text
+
+
+def test_a_changed_knob_shows_outside_noise_in_the_report(embedded_runs, tmp_path: Path):
+    """Prefill in 32-token chunks lengthens TTFT at one stream (measured +39% to +85% over
+    CI runs): outside noise, and by more than the repeat of the same configuration moved
+    the same metric in the same session (the machine's wander, measured beside it)."""
+    a, a2, chunked = (load_report_run(embedded_runs[k]) for k in ("a", "a2", "chunked"))
+    ttft, repeat = _ttft_at_one(a, chunked), _ttft_at_one(a, a2)
+    assert ttft.verdict == "worse", ttft.text
+    assert ttft.change > abs(repeat.change), (ttft.text, repeat.text)
     files = write_report(
         [embedded_runs["a"], embedded_runs["chunked"]], out=tmp_path / "cmp", title="<b>x</b>"
     )

@@ -65,10 +65,15 @@ def test_the_capped_sweep_fills_the_cap_queues_above_it_and_knees_at_it(
     # (the client's round trips leave slots empty), so the per-doubling growth measured
     # 1.03-1.11 at a cap of 8 against the knee rule's 1.10: the knee is at the cap when
     # the rule finds one, and the growth above it stays far below an uncapped engine's.
+    # At exactly the cap a closed loop leaves a slot empty from a finish to the client's
+    # next send, which a queue above the cap fills: throughput may still grow to the first
+    # level above the cap (a CI run: +20% per doubling from 2 to 8, +6% from 8 to 64), so
+    # the knee is at the cap or there.
     knee = find_knee(levels)
     growth_above_cap = knee.growth_per_doubling[-1]
     assert growth_above_cap is not None and growth_above_cap < 1.25, knee.explanation
-    assert not knee.found or knee.concurrency == CAP, knee.explanation
+    first_above = next(c for c in CAPPED_LEVELS if c > CAP)
+    assert not knee.found or CAP <= knee.concurrency <= first_above, knee.explanation
 
 
 def test_the_log_stats_alone_show_running_and_waiting_requests(
