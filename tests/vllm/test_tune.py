@@ -1,49 +1,28 @@
 """`servelab tune` on the real vLLM: from a cap of 2, the raised cap (diagnose's action)
-beats the default by more than the noise band of the two trials' own requests, and the
+beats the default by more than this machine's speed wanders between two trials, and the
 gain diagnose predicted for it is checked against what the trial measured (two trials,
 two launches)."""
 
 from __future__ import annotations
 
-import json
+from tests.vllm.conftest import CAP, RAISED_CAP, TuneRun
 
-from servelab.bench.noise import level_sample, rate_statistic, ratio_band
-from servelab.bench.results import BenchSummary
-from servelab.store import RunDir
-from servelab.tune.targets import level_at
-from tests.vllm.conftest import CAP, OBJECTIVE_LEVEL, RAISED_CAP, TuneRun
-
-
-def _sample(study: TuneRun, cap: int):
-    run_dir = study.run_dir(study.trial_at_cap(cap))
-    summary = RunDir(run_dir).load_summary(BenchSummary)
-    assert summary is not None
-    level = level_at(summary.levels, float(OBJECTIVE_LEVEL))
-    assert level is not None
-    records = [
-        row
-        for row in map(json.loads, (run_dir / "requests.jsonl").read_text().splitlines())
-        if row["level"] == level.level
-    ]
-    sample = level_sample(level, records)
-    assert sample is not None
-    return sample
+WANDER = 1.5
+"""Two trials run minutes apart on two shared cores: the same default trial measured
+3,580 and 5,341 tok/s at 8 concurrent in two studies, a third apart. A gain must exceed
+that to be the setting's, not the machine's (tests/vllm/conftest.py, OBJECTIVE_LEVEL)."""
 
 
-def test_the_raised_cap_beats_the_default_beyond_the_noise_band(vllm_tune_study: TuneRun):
+def test_the_raised_cap_beats_the_default_by_more_than_the_machine_wanders(
+    vllm_tune_study: TuneRun,
+):
     result = vllm_tune_study.result
     default = result.trial(result.default_trial or 0)
     assert default is not None and default.params == {"knobs.max_running_requests": CAP}
     raised = vllm_tune_study.trial_at_cap(RAISED_CAP)
     assert result.best == [raised.number]
-    band = ratio_band(
-        _sample(vllm_tune_study, CAP),
-        _sample(vllm_tune_study, RAISED_CAP),
-        rate_statistic("total_throughput"),
-    )
-    assert band.lo > 1.0, band
     gain = result.gain_over_default()
-    assert gain is not None and band.lo <= gain * 1.001
+    assert gain is not None and gain > WANDER, [t.values for t in result.trials]
     assert result.best_command is not None
     command = result.best_command
     assert command[command.index("--max-num-seqs") + 1] == str(RAISED_CAP)
