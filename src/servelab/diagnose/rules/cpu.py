@@ -118,7 +118,7 @@ def _bound(
         # generator also uses stalls the steps (OpenMP threads spin while they wait).
         actions = [
             Action(
-                text=f"none on this machine: no whole core was idle to give it ({busy} at "
+                text=f"no whole core was idle to give it on this machine ({busy} at "
                 f"{knee.label}), and a thread sharing the load generator's core stalls the "
                 "steps; with more cores, or the load sent from another machine (servelab "
                 "bench --url), give it more threads (env OMP_NUM_THREADS)",
