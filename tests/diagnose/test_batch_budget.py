@@ -79,6 +79,18 @@ def _vllm(budget: int | None) -> list[str]:
     return ["vllm", "serve", "m", *flags]
 
 
+def _counts(running: float, queued: float) -> LevelTelemetry:
+    """A level's engine counts: running and waiting requests, flat over its scrapes."""
+    return telemetry(
+        engine={
+            "running_mean": running,
+            "running_max": running,
+            "queued_mean": queued,
+            "queued_max": queued,
+        }
+    )
+
+
 def test_a_small_budget_that_steps_ttft_is_the_first_finding(tmp_path: Path):
     found = _run(tmp_path, _vllm(128))
     top = found.findings[0]
@@ -161,18 +173,8 @@ def test_a_non_streamed_run_has_no_ttft_to_read(tmp_path: Path):
 
 
 def test_a_queue_in_the_engines_counts_adds_confidence(tmp_path: Path):
-    def counts(running: float, queued: float) -> LevelTelemetry:
-        return telemetry(
-            engine={
-                "running_mean": running,
-                "running_max": running,
-                "queued_mean": queued,
-                "queued_max": queued,
-            }
-        )
-
     plain = _budget(_run(tmp_path / "plain", _vllm(128)))
-    engine = [counts(1, 0), counts(3, 1), counts(10, 6), counts(40, 24)]
+    engine = [_counts(1, 0), _counts(3, 1), _counts(10, 6), _counts(40, 24)]
     queued = _budget(_run(tmp_path / "queued", _vllm(128), _levels(engine=engine)))
     assert plain is not None and queued is not None
     assert queued.confidence > plain.confidence
@@ -196,18 +198,8 @@ def test_requests_held_below_the_cap_read_the_budget_and_widen_the_steady_end(tm
     step, so the steady end of the gain takes the lightest level's 10 ms step, the waves
     end the measured 25 ms."""
 
-    def counts(running: float, queued: float) -> LevelTelemetry:
-        return telemetry(
-            engine={
-                "running_mean": running,
-                "running_max": running,
-                "queued_mean": queued,
-                "queued_max": queued,
-            }
-        )
-
     ttft, tpot = (45.0, 95.0, 360.0, 2500.0), (10.0, 12.0, 18.0, 25.0)
-    engine = [counts(1, 0), counts(4, 0), counts(8, 8), counts(20, 44)]
+    engine = [_counts(1, 0), _counts(4, 0), _counts(8, 8), _counts(20, 44)]
     command = [*_vllm(128), "--max-num-seqs", "64"]
     held = _budget(_run(tmp_path / "held", command, _levels(ttft, tpot, engine=engine)))
     assert held is not None and held.levels == [1, 2, 3]

@@ -21,7 +21,7 @@ from typing import Any
 from servelab.bench.knee import find_knee
 from servelab.bench.results import BenchSummary, LevelSummary
 from servelab.diagnose.deployment import choose_model, launched_spec
-from servelab.diagnose.engineconf import EngineConfig, Setting, engine_config
+from servelab.diagnose.engineconf import EngineConfig, Setting, engine_config, knob_engine
 from servelab.diagnose.facts import (
     MODEL_FASTER_TOLERANCE,
     LevelFacts,
@@ -33,19 +33,13 @@ from servelab.diagnose.inputs import RunFiles
 from servelab.diagnose.modelview import MemoryShare, ModelView
 from servelab.diagnose.options import DiagnoseOptions
 from servelab.diagnose.server_settings import settings_from_server_info
-from servelab.model.configured_cache import TRANSFORMERS_BATCH_TOKENS
+from servelab.diagnose.signals import engine_on_cpu
+from servelab.model.configured_cache import SHARE_ENGINES, TRANSFORMERS_BATCH_TOKENS
 
 __all__ = ["collect_facts"]
 
 _CAPACITY_METRIC = "sglang:max_total_num_tokens"
 _PREEMPTION_METRIC = "vllm:num_preemptions_total"
-_SHARE_RULES = {
-    "embedded": "transformers",
-    "transformers": "transformers",
-    "vllm": "vllm",
-    "sglang": "sglang",
-}
-"""The memory-share rule of each engine (the embedded engine is transformers serve)."""
 _SHARE_LOG_FIELDS = ("gpu_memory_utilization", "mem_fraction_static")
 """The log's names for the share (vLLM's non-default args, SGLang's server args)."""
 
@@ -99,13 +93,10 @@ def collect_facts(files: RunFiles, options: DiagnoseOptions) -> RunFacts:
 def _memory_share(files: RunFiles, conf: EngineConfig) -> MemoryShare | None:
     """The share the run configured, by the engine's rule; None without one, for an engine
     whose rule is unknown, or on the CPU."""
-    rule = _SHARE_RULES.get(conf.name or "")
-    spec = launched_spec(files.summary) or {}
-    on_cpu = spec.get("device") == "cpu" or (
-        files.probe is not None and bool(files.probe.verdict("no-nvidia-gpu"))
-    )
-    if rule is None or on_cpu:
+    rule = knob_engine(conf.name)
+    if rule not in SHARE_ENGINES or engine_on_cpu(files.summary, files.probe) is not None:
         return None
+    spec = launched_spec(files.summary) or {}
     setting = _share_setting(conf, spec)
     if setting is None:
         return None

@@ -44,7 +44,14 @@ from servelab.engines.knobs import FlagRule
 from servelab.engines.signatures import EventKind, LogEvent
 from servelab.engines.transformers_serve import CB_BLOCK_TOKENS
 
-__all__ = ["GRAPH_MAX_FLAGS", "EngineConfig", "Setting", "engine_config", "knob_flags"]
+__all__ = [
+    "GRAPH_MAX_FLAGS",
+    "EngineConfig",
+    "Setting",
+    "engine_config",
+    "knob_engine",
+    "knob_flags",
+]
 
 T = TypeVar("T")
 
@@ -104,9 +111,15 @@ class EngineConfig:
         return None if rule is None else rule(value)
 
 
+def knob_engine(engine: str | None) -> str | None:
+    """The engine whose knob map and rules an adapter name uses (the embedded engine is
+    transformers serve); None for an unknown engine or a plain URL."""
+    return _KNOB_ENGINE.get(engine or "")
+
+
 def knob_flags(engine: str | None) -> tuple[Mapping[str, FlagRule], Mapping[str, FlagRule]]:
     """The adapter's knob and layout maps (empty for an unknown engine or a plain URL)."""
-    which = _KNOB_ENGINE.get(engine or "")
+    which = knob_engine(engine)
     if which == "sglang":
         from servelab.engines import sglang as adapter
     elif which == "vllm":
@@ -231,7 +244,7 @@ def _kv_from_command(engine: str | None, command: list[str]) -> Setting[int] | N
     """The cache's size the command set, in tokens, where its flag says so without the
     engine's build: tokens (SGLang, the simulator) or transformers' blocks of its block
     size. vLLM's block override is in blocks of a size the build picks: its log says."""
-    which = _KNOB_ENGINE.get(engine or "")
+    which = knob_engine(engine)
     flag = _TOKEN_FLAGS.get(which or "")
     if flag is not None:
         text = _value_of(command, flag)
@@ -286,7 +299,7 @@ def _graphs_default(
     without a command (an attached engine's flags are not seen) or a known default."""
     if rule is None or not command:
         return None
-    if _KNOB_ENGINE.get(engine or "") == "transformers":
+    if knob_engine(engine) == "transformers":
         attention = _value_of(command, _TF_ATTENTION_FLAG) or ""
         if "flash" in attention:
             return None  # graphs on where a graph backend exists: not known from here
@@ -337,7 +350,7 @@ def _graphs(events: list[LogEvent]) -> Setting[bool] | None:
 
 def _block_tokens(engine: str | None, command: list[str]) -> int | None:
     """transformers' tokens per block (its `page_size`): the command's, else its default."""
-    if _KNOB_ENGINE.get(engine or "") != "transformers":
+    if knob_engine(engine) != "transformers":
         return None
     text = _value_of(command, _TF_BLOCK_FLAG)
     return int(text) if text is not None and text.isdigit() and int(text) > 0 else CB_BLOCK_TOKENS
@@ -431,7 +444,7 @@ def _graph_batch(
     engine: str | None, command: list[str], events: list[LogEvent]
 ) -> tuple[Setting[int], str] | None:
     """The largest CUDA-graph batch and the flag that sets it (see the module's docstring)."""
-    flags = _GRAPH_FLAGS.get(_KNOB_ENGINE.get(engine or "", ""))
+    flags = _GRAPH_FLAGS.get(knob_engine(engine) or "")
     if flags is None:
         return None
     found = _graph_batch_from_command(flags, command) or _graph_batch_from_log(flags, events)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from servelab.bench.results import BenchSummary
 from servelab.diagnose.deployment import launched_spec
 from servelab.diagnose.facts import LevelFacts, RunFacts
 from servelab.diagnose.findings import Evidence
+from servelab.diagnose.inputs import ProbeDoc
 from servelab.telemetry.summary import MIN_ENGINE_SAMPLES
 
 __all__ = [
@@ -288,11 +290,11 @@ def degraded_links(facts: RunFacts) -> list[Evidence]:
     ]
 
 
-def engine_on_cpu(facts: RunFacts) -> Evidence | None:
+def engine_on_cpu(summary: BenchSummary, probe: ProbeDoc | None) -> Evidence | None:
     """Evidence that the engine computes on the CPU: its spec's device, or no GPU here."""
-    spec = launched_spec(facts.summary) or {}
+    spec = launched_spec(summary) or {}
     if spec.get("device") == "cpu":
         return Evidence(what="engine device", value="cpu", source="summary.json engine spec")
-    if facts.probe is not None and facts.probe.verdict("no-nvidia-gpu"):
+    if probe is not None and probe.verdict("no-nvidia-gpu"):
         return Evidence(what="GPUs on the machine", value=0, source="probe verdict no-nvidia-gpu")
     return None

@@ -54,7 +54,7 @@ _WEIGHTS = {"engine cpu": 0.6, "sweep": 0.3, "machine": 0.3}
 
 
 def rule(facts: RunFacts) -> list[Finding]:
-    device = engine_on_cpu(facts)
+    device = engine_on_cpu(facts.summary, facts.probe)
     knee = _busiest_from_the_knee(facts)
     if device is None or knee is None or knee.summary.engine_cpu is None:
         return []

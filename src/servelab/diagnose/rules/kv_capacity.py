@@ -301,7 +301,7 @@ def _actions(facts: RunFacts, running: float | None) -> list[Action]:
                 f"{heaviest.tokens_per_request:,.0f} tokens",
             )
         )
-    if engine_on_cpu(facts) is None:
+    if engine_on_cpu(facts.summary, facts.probe) is None:
         actions.append(_memory_action(facts, heaviest, running))
     model = facts.model
     if model is None or model.deployment.kv_dtype is KvDtype.BF16:
