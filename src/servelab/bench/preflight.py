@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import aiohttp
 import orjson
@@ -20,7 +21,7 @@ from servelab.bench.endpoint import EndpointConfig, RequestItem, build_body
 from servelab.bench.tokens import Calibration
 from servelab.bench.words import COMMON_WORDS
 from servelab.core.errors import EndpointRejected, EndpointUnreachable
-from servelab.engines.server_info import ServerInfo, read_server_info
+from servelab.engines.server_info import EndpointRead, ServerInfo, endpoint_read, read_server_info
 
 __all__ = ["Preflight", "run_preflight"]
 
@@ -62,7 +63,7 @@ async def _preflight(
     )
     notes: list[str] = []
     async with aiohttp.ClientSession(headers=endpoint.headers, timeout=timeout) as session:
-        models = await _list_models(session, endpoint)
+        models, models_read = await _list_models(session, endpoint)
         if not endpoint.model:
             if not models:
                 raise EndpointRejected(
@@ -84,17 +85,20 @@ async def _preflight(
             calibration = await _calibrate(session, endpoint)
             if calibration is None:
                 notes.append("no usage.prompt_tokens from the endpoint: input lengths unknown")
-        server_info = await read_server_info(endpoint.base_url, session)
+        server_info = await read_server_info(endpoint.base_url, session, models_read=models_read)
     return Preflight(endpoint, models, has_tokenize, calibration, server_info, notes)
 
 
-async def _list_models(session: aiohttp.ClientSession, endpoint: EndpointConfig) -> list[str]:
+async def _list_models(
+    session: aiohttp.ClientSession, endpoint: EndpointConfig
+) -> tuple[list[str], tuple[EndpointRead, Any]]:
+    """The model ids, and the read and body the run's server info records (one GET)."""
     url = endpoint.base_url.rstrip("/") + "/v1/models"
     try:
         async with session.get(url) as response:
             if response.status >= 400:
                 if endpoint.model:
-                    return []
+                    return [], (endpoint_read(url, response.status), None)
                 raise EndpointRejected(
                     f"GET /v1/models answered HTTP {response.status}; pass --model",
                     url=url,
@@ -114,7 +118,8 @@ async def _list_models(session: aiohttp.ClientSession, endpoint: EndpointConfig)
             body="",
         ) from None
     entries = data.get("data", []) if isinstance(data, dict) else []
-    return [e["id"] for e in entries if isinstance(e, dict) and "id" in e]
+    ids = [e["id"] for e in entries if isinstance(e, dict) and "id" in e]
+    return ids, (endpoint_read(url, 200), data)
 
 
 async def _post(

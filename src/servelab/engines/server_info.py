@@ -38,6 +38,7 @@ __all__ = [
     "EndpointRead",
     "ReadOutcome",
     "ServerInfo",
+    "endpoint_read",
     "read_server_info",
 ]
 
@@ -96,12 +97,17 @@ class ServerInfo(BaseModel):
 
 
 async def read_server_info(
-    base_url: str, session: aiohttp.ClientSession, *, timeout_s: float = DEFAULT_TIMEOUT_S
+    base_url: str,
+    session: aiohttp.ClientSession,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    models_read: tuple[EndpointRead, Any] | None = None,
 ) -> ServerInfo:
     """GET /v1/models and SGLang's server-info endpoint at `base_url`; never raises for what
-    the server does (each failure is an `EndpointRead` with its reason)."""
+    the server does (each failure is an `EndpointRead` with its reason). `models_read` is a
+    GET /v1/models the caller already made (its read and parsed body), not asked again."""
     root = base_url.rstrip("/")
-    models, body = await _get_json(session, root + MODELS_PATH, timeout_s)
+    models, body = models_read or await _get_json(session, root + MODELS_PATH, timeout_s)
     lengths = _max_model_len(body) if body is not None else None
     if body is not None and lengths is None:
         models = _unavailable(models.url, "not a model list (no data array of model cards)")
@@ -136,19 +142,28 @@ async def _get_json(
         return _unavailable(shown, f"no answer within {timeout_s:g} s"), None
     except aiohttp.ClientError as exc:
         return _unavailable(shown, f"{type(exc).__name__}: {exc}"), None
-    if status == 404:
-        return EndpointRead(url=shown, outcome="absent"), None
-    if status != 200:
-        return _unavailable(shown, f"HTTP {status}"), None
+    read = endpoint_read(url, status)
+    if read.outcome != "read":
+        return read, None
     try:
         body = orjson.loads(payload)
     except orjson.JSONDecodeError:
         return _unavailable(shown, "the body is not JSON"), None
-    return EndpointRead(url=shown, outcome="read"), body
+    return read, body
 
 
 def _unavailable(url: str, reason: str) -> EndpointRead:
     return EndpointRead(url=url, outcome="unavailable", reason=reason)
+
+
+def endpoint_read(url: str, status: int) -> EndpointRead:
+    """What a GET of `url` that answered `status` was: read, absent (404) or unavailable."""
+    shown = redact_url(url)
+    if status == 404:
+        return EndpointRead(url=shown, outcome="absent")
+    if status != 200:
+        return _unavailable(shown, f"HTTP {status}")
+    return EndpointRead(url=shown, outcome="read")
 
 
 def _max_model_len(body: Any) -> dict[str, int | None] | None:
