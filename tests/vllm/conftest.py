@@ -9,7 +9,8 @@ vLLM takes about a minute to start on two cores, so the suite starts it at most
 every test that needs a live vLLM shares, one tuning study of two trials (two launches)
 whose run directories the sweep, diagnose and tune tests read (its second trial applies
 diagnose's cap action), one launch that applies kv_capacity's action to check its
-predicted gain, and one launch the teardown test ends itself. Every vLLM serves the
+predicted gain, two for the step budget (a planted one and the one its action asks for),
+and one launch the teardown test ends itself. Every vLLM serves the
 embedded tiny model (the folder transformers serve runs on) with a 1 GiB KV cache and
 1,024-token sequences:
 
@@ -21,6 +22,8 @@ embedded tiny model (the folder transformers serve runs on) with a 1 GiB KV cach
   trial is diagnose's running_request_cap action (a cap of 64).
 - `vllm_capped_sweep`: that study's default trial, a cap of 2 (`--max-num-seqs 2`).
 - `vllm_kv_rerun`: the KV sweep on a vLLM with kv_capacity's action (its cache in tokens).
+- `vllm_budget_rerun`: 32 batched tokens a step under 768-token prompts, and the same
+  sweep on a vLLM with batch_token_budget's action; both with the prefix cache off.
 
 Tests that need a real vLLM live under tests/vllm/, where these fixtures are visible.
 
@@ -66,7 +69,7 @@ VLLM_VENV = Path(os.environ.get("SERVELAB_VLLM_VENV", REPO / ".venv-vllm"))
 VLLM_PYTHON = VLLM_VENV / "bin" / "python"
 VLLM_STAMP = VLLM_VENV / ".vllm-installed"
 
-LAUNCH_BUDGET = 5
+LAUNCH_BUDGET = 7
 """vLLM starts (a model loaded) the whole suite may make."""
 
 STARTUP_TIMEOUT_S = 300.0
@@ -472,3 +475,62 @@ def vllm_kv_rerun(
 
 PAUSED_MS = 1000.0
 """A client event loop that did not run for a second: the machine, not the engine."""
+
+
+BUDGET_TOKENS = 32
+"""The planted step budget: a 768-token prompt takes 24 steps to prefill."""
+BUDGET_LEVELS = (1, 4, 8)
+BUDGET_WORKLOAD = WorkloadSpec(input_len=768, output_len=8, range_ratio=1.0)
+"""Long prompts and short replies, so prefill steps are most of what the engine does; the
+prefix cache is off on both engines, because the sweep's prompts repeat between sweeps of
+one seed: with it on, a second sweep of the same engine read a single stream's TTFT of
+768 tokens at 15 ms (its prefill came from the cache) and the budget no longer bound."""
+
+
+def _budget_spec(vllm_spec: Callable[..., EngineSpec], budget: int) -> EngineSpec:
+    return vllm_spec(
+        knobs=Knobs(
+            max_model_len=MAX_MODEL_LEN,
+            max_running_requests=16,
+            max_batch_tokens=budget,
+            prefix_cache=False,
+        )
+    )
+
+
+def _budget_sweep(
+    engine: VllmEngine, out: Path, name: str, *, applies: str | None = None
+) -> BenchOutcome:
+    return _sweep_without_pauses(
+        BenchConfig(
+            url=engine.url,
+            levels=[float(level) for level in BUDGET_LEVELS],
+            duration_s=8.0,
+            warmup=4,
+            stream=True,
+            workload=BUDGET_WORKLOAD,
+            out=out,
+            name=name,
+            applies=applies,
+        ),
+        engine,
+    )
+
+
+@pytest.fixture(scope="session")
+def vllm_budget_rerun(
+    vllm_spec: Callable[..., EngineSpec], tmp_path_factory: pytest.TempPathFactory
+) -> Rerun:
+    """The step-budget sweep on a vLLM of 32 batched tokens a step, then on one launched
+    with batch_token_budget's first action: two launches, each stopped once swept."""
+    folder = tmp_path_factory.mktemp("vllm-budget")
+    spec = _budget_spec(vllm_spec, BUDGET_TOKENS)
+    with _started(spec, folder / "planted.log", "the planted step budget") as engine:
+        planted = _budget_sweep(engine, folder / "planted", "vllm-budget")
+    finding, knob, value = _first_action(planted, FindingKind.BATCH_TOKEN_BUDGET)
+    assert knob == "max_batch_tokens", (knob, value)
+    applies = f"{planted.run_dir}:{FindingKind.BATCH_TOKEN_BUDGET.value}"
+    spec = _budget_spec(vllm_spec, int(value))
+    with _started(spec, folder / "applied.log", "the step budget's action") as engine:
+        applied = _budget_sweep(engine, folder / "applied", "vllm-budget-applied", applies=applies)
+    return Rerun(planted, finding, applied)
