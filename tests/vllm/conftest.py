@@ -401,23 +401,29 @@ def _sweep_without_pauses(config: BenchConfig, engine: VllmEngine) -> BenchOutco
     raise AssertionError("unreachable")
 
 
+def _planted_sweep(
+    engine: VllmEngine, out: Path, name: str, load: BenchConfig, applies: str | None
+) -> BenchOutcome:
+    """`load`'s levels, workload, warm-up and streaming against `engine`, 8 s a level."""
+    config = dataclasses.replace(
+        load, url=engine.url, duration_s=8.0, out=out, name=name, applies=applies
+    )
+    return _sweep_without_pauses(config, engine)
+
+
+KV_LOAD = BenchConfig(
+    url="",
+    levels=[float(level) for level in KV_LEVELS],
+    warmup=1,
+    stream=False,
+    workload=KV_WORKLOAD,
+)
+
+
 def _kv_sweep(
     engine: VllmEngine, out: Path, name: str, *, applies: str | None = None
 ) -> BenchOutcome:
-    return _sweep_without_pauses(
-        BenchConfig(
-            url=engine.url,
-            levels=[float(level) for level in KV_LEVELS],
-            duration_s=8.0,
-            warmup=1,
-            stream=False,
-            workload=KV_WORKLOAD,
-            out=out,
-            name=name,
-            applies=applies,
-        ),
-        engine,
-    )
+    return _planted_sweep(engine, out, name, KV_LOAD, applies)
 
 
 @pytest.fixture(scope="session")
@@ -498,23 +504,13 @@ def _budget_spec(vllm_spec: Callable[..., EngineSpec], budget: int) -> EngineSpe
     )
 
 
-def _budget_sweep(
-    engine: VllmEngine, out: Path, name: str, *, applies: str | None = None
-) -> BenchOutcome:
-    return _sweep_without_pauses(
-        BenchConfig(
-            url=engine.url,
-            levels=[float(level) for level in BUDGET_LEVELS],
-            duration_s=8.0,
-            warmup=4,
-            stream=True,
-            workload=BUDGET_WORKLOAD,
-            out=out,
-            name=name,
-            applies=applies,
-        ),
-        engine,
-    )
+BUDGET_LOAD = BenchConfig(
+    url="",
+    levels=[float(level) for level in BUDGET_LEVELS],
+    warmup=4,
+    stream=True,
+    workload=BUDGET_WORKLOAD,
+)
 
 
 @pytest.fixture(scope="session")
@@ -526,11 +522,13 @@ def vllm_budget_rerun(
     folder = tmp_path_factory.mktemp("vllm-budget")
     spec = _budget_spec(vllm_spec, BUDGET_TOKENS)
     with _started(spec, folder / "planted.log", "the planted step budget") as engine:
-        planted = _budget_sweep(engine, folder / "planted", "vllm-budget")
+        planted = _planted_sweep(engine, folder / "planted", "vllm-budget", BUDGET_LOAD, None)
     finding, knob, value = _first_action(planted, FindingKind.BATCH_TOKEN_BUDGET)
     assert knob == "max_batch_tokens", (knob, value)
     applies = f"{planted.run_dir}:{FindingKind.BATCH_TOKEN_BUDGET.value}"
     spec = _budget_spec(vllm_spec, int(value))
     with _started(spec, folder / "applied.log", "the step budget's action") as engine:
-        applied = _budget_sweep(engine, folder / "applied", "vllm-budget-applied", applies=applies)
+        applied = _planted_sweep(
+            engine, folder / "applied", "vllm-budget-applied", BUDGET_LOAD, applies
+        )
     return Rerun(planted, finding, applied)
