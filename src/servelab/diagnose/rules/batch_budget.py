@@ -54,6 +54,7 @@ __all__ = [
     "DECODE_FLAT_RATIO",
     "MAX_BUDGET_TOKENS",
     "MAX_RAISE",
+    "MIN_COST_STEPS",
     "STEP_AGREE_HIGH",
     "STEP_AGREE_LOW",
     "TTFT_GROWTH_MIN",
@@ -97,6 +98,11 @@ the step count, is then the wait: prefill_compute)."""
 CRITICAL_GAIN = 2.0
 """A budget that binds at the knee (or the best level) and whose raise is predicted to at
 least halve the median TTFT there is critical: it sets the latency of the operating point."""
+
+MIN_COST_STEPS = 2
+"""The run's own prefill cost per token is read only where the lightest level's prompt took
+at least two steps: a prompt of one step has a TTFT that is as much the network and the
+server's handling as steps."""
 
 _WEIGHTS = {"sweep": 0.5, "config": 0.4, "metrics": 0.3}
 
@@ -314,9 +320,14 @@ def _gain(
     step = short = target.step_ms
     if target.admission_held:
         short = min(step, light_step * _decode_growth(facts, light, lv))
-    if facts.model is not None:
+    per_token = _prefill_ms_per_token(facts, light, target, budget)
+    if per_token is not None:
+        extra_ms = (new - budget) * per_token
+    elif facts.model is not None:
         extra_ms = max(0.0, facts.model.prefill_ms(new) - facts.model.prefill_ms(budget))
-        step, short = step + extra_ms, short + extra_ms
+    else:
+        extra_ms = 0.0
+    step, short = step + extra_ms, short + extra_ms
     after = _steps(target.prompts, lv.input_tokens, new)
     waves = floor + max(after - 1, 0) * step
     per_prompt = math.ceil(lv.input_tokens / new)
@@ -327,7 +338,12 @@ def _gain(
     if factor <= 1.0:
         return None
     least, most = target.measured_ms / waves, target.measured_ms / steady
-    how = "with the model's prefill time" if facts.model is not None else "a decode step each"
+    if per_token is not None:
+        how = f"the run's prefill cost, {per_token:.3g} ms a token"
+    elif facts.model is not None:
+        how = "with the model's prefill time"
+    else:
+        how = "a decode step each"
     return ExpectedGain(
         factor=fmt(factor),
         metric="median TTFT",
@@ -339,6 +355,34 @@ def _gain(
         low=fmt(max(least, 1.0)),
         high=fmt(most),
     )
+
+
+def _prefill_ms_per_token(
+    facts: RunFacts, light: LevelFacts, target: _Reading, budget: int
+) -> float | None:
+    """What one more prompt token in a step costs, read from the run itself: the step
+    model's time per step beyond a decode step, over the prompt tokens a step carries.
+
+    Two readings, each too high in its own way, and the lower is kept. The lightest
+    level's TTFT over its prefill steps also holds what is not steps (the network, the
+    server's own handling); the rise of TTFT from the lightest level to the target over
+    the extra steps cancels that, but its steps also carry the other requests' decodes.
+    None where the lightest prompt fits one step (its TTFT is then mostly not steps): the
+    caller then falls back to the model. A reading at or below a decode step is a token
+    that costs nothing measurable: 0."""
+    light_ttft, light_step = light.summary.median_ttft_ms, light.tpot_ms
+    if not light_ttft or not light_step:
+        return None
+    chunk = min(budget, light.input_tokens)
+    light_steps = _steps(_prompts(facts, light), light.input_tokens, budget)
+    if light_steps < MIN_COST_STEPS:
+        return None
+    readings = [(light_ttft / light_steps - light_step) / chunk]
+    extra = target.steps - light_steps
+    if extra > 0:
+        rise = (target.measured_ms - light_ttft) / extra
+        readings.append((rise - target.step_ms) / budget)
+    return max(min(readings), 0.0)
 
 
 def _sweep_evidence(light: LevelFacts, r: _Reading) -> list[Evidence]:
