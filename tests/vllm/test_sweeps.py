@@ -11,7 +11,7 @@ from servelab.bench.results import LevelSummary
 from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
 from servelab.bench.trial import for_engine
 from servelab.diagnose import find_knee
-from servelab.telemetry.summary import EngineLevel
+from servelab.telemetry.summary import MIN_ENGINE_SAMPLES, EngineLevel
 from tests.vllm.conftest import CAP, CAPPED_LEVELS, KV_BLOCKS, SWEEP_WORKLOAD, VllmEngine
 
 
@@ -46,7 +46,12 @@ def test_the_capped_sweep_fills_the_cap_queues_above_it_and_knees_at_it(
     assert all(level.failed == 0 and level.completed > 0 for level in levels)
     engines = [_engine(level) for level in levels]
     below, at, above = engines[0], engines[1], engines[-1]
-    assert all(e.available and e.engine == "vllm" and e.samples >= 5 for e in engines)
+    # Each level's counts stand on /metrics alone. A busy vLLM on two cores renders its page
+    # slowly (up to 0.9 s measured at 64 streams), so the scraper asks less often there:
+    # the level needs the summary's minimum, not a fixed rate.
+    samples = [(e.engine, e.samples, e.reason) for e in engines]
+    assert all(e.available and e.engine == "vllm" for e in engines), samples
+    assert all(e.samples >= MIN_ENGINE_SAMPLES for e in engines), samples
     assert all(e.sources["running"] == "metrics" for e in engines)
     # running reaches the cap and never passes it
     assert [e.running_max for e in engines] == [1, CAP, CAP, CAP]
