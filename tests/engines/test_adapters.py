@@ -310,7 +310,8 @@ LACKING = {
     "sim": [
         k
         for k in KNOB_NAMES
-        if k not in ("max_running_requests", "chunked_prefill_size", "kv_cache_tokens")
+        if k
+        not in ("max_running_requests", "chunked_prefill_size", "kv_cache_tokens", "prefix_cache")
     ],
 }
 SAMPLE = ALL_KNOBS.model_dump()

@@ -116,6 +116,32 @@ def sim(
         float | None,
         typer.Option(help="Batching: added to every step (scheduling, launch), in ms; default 0."),
     ] = None,
+    prefix_cache: Annotated[
+        bool,
+        typer.Option(
+            help="Reuse the KV of shared prompt prefixes, in whole blocks (in batching a hit"
+            " skips their prefill); on by default, as in vLLM v1 and SGLang. Counted at"
+            " /metrics as vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total"
+            " (prompt tokens looked up and hit), or sglang:cache_hit_rate,"
+            " sglang:cached_tokens_total and sglang:realtime_tokens_total."
+        ),
+    ] = True,
+    block_size: Annotated[
+        int | None,
+        typer.Option(
+            help="Prefix cache: tokens per block; only full blocks are cached and hit, and"
+            " never a prompt's last token; default 16, vLLM's on GPUs."
+        ),
+    ] = None,
+    cache_report: Annotated[
+        bool,
+        typer.Option(
+            help="Report each request's cached prompt tokens in"
+            " usage.prompt_tokens_details.cached_tokens, as vLLM's"
+            " --enable-prompt-tokens-details and SGLang's --enable-cache-report do (off by"
+            " default there too)."
+        ),
+    ] = False,
     metrics_style: Annotated[
         str, typer.Option(help="Names of the metrics at GET /metrics: sglang or vllm.")
     ] = "sglang",
@@ -158,8 +184,10 @@ def sim(
     k x ITL on absolute times, the start being its receive time (or, with
     --max-running-requests, when a slot frees up). Batching (--profile or --step-*): a
     continuous-batching engine whose steps each give every running request a token, their
-    duration from the profile. The server's own send times (--record) are the ground truth
-    that servelab's client is tested against. The same seed and arrivals give the same run.
+    duration from the profile. A prefix cache, as vLLM's, reuses the KV of prompts that
+    begin alike, in the KV capacity, evicting free blocks least recently used first. The
+    server's own send times (--record) are the ground truth that servelab's client is
+    tested against. The same seed and arrivals give the same run.
     """
     err = Console(stderr=True)
     with handle_errors(err):
@@ -186,8 +214,13 @@ def sim(
                 "--kv-capacity-tokens": kv_capacity_tokens,
                 "--chunked-prefill-size": chunked_prefill_size,
                 "--workers": workers,
+                "--block-size": block_size,
             },
         )
+        if block_size is not None and not prefix_cache:
+            raise ConfigError(
+                "--block-size sizes the prefix cache, which --no-prefix-cache turns off"
+            )
         linear = {
             "step_base_ms": step_base_ms,
             "step_per_seq_ms": step_per_seq_ms,
@@ -248,7 +281,11 @@ def sim(
             "seed": seed,
             "record_path": record,
             "workers": workers,
+            "prefix_cache": prefix_cache,
+            "cache_report": cache_report,
         }
+        if block_size is not None:
+            settings["block_size"] = block_size
         try:
             config = SimConfig.model_validate(settings | given)
         except ValidationError as exc:

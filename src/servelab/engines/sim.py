@@ -7,7 +7,7 @@ from typing import Any
 
 from servelab.engines.base import PINNING_FIELDS, EngineSpec
 from servelab.engines.flagcheck import CliFlags
-from servelab.engines.knobs import FlagRule, map_knobs, map_layout, value
+from servelab.engines.knobs import FlagRule, map_knobs, map_layout, switch, value
 
 __all__ = ["KNOB_FLAGS", "LAYOUT_FLAGS", "SimAdapter"]
 
@@ -23,6 +23,7 @@ KNOB_FLAGS: dict[str, FlagRule] = {
     "max_running_requests": value("--max-running-requests"),
     "chunked_prefill_size": value("--chunked-prefill-size"),
     "kv_cache_tokens": value("--kv-capacity-tokens"),
+    "prefix_cache": switch(off=["--no-prefix-cache"]),
 }
 
 

@@ -4,13 +4,16 @@
 start(config)` runs it in the current event loop for tests. Two engines: fixed timing
 (`FixedTiming`: ttft, then a fixed gap between chunks, optionally behind a running-request
 cap) and continuous batching (`Batcher`, stepped on the wall clock, each step's duration
-from a `StepCost`; named profiles in `PROFILES`). GET /metrics speaks SGLang's or vLLM's
-metric names.
+from a `StepCost`; named profiles in `PROFILES`). Either keeps a `PrefixCache` of full
+KV blocks, matched on each request's `RequestBlocks`. GET /metrics speaks SGLang's or
+vLLM's metric names.
 """
 
 from servelab.sim.batching import Batcher, EngineRequest, Step
+from servelab.sim.blocks import RequestBlocks
 from servelab.sim.config import MetricsStyle, SimConfig
 from servelab.sim.faults import Fault
+from servelab.sim.prefix_cache import PrefixCache
 from servelab.sim.process import serve
 from servelab.sim.profiles import PROFILES
 from servelab.sim.server import RunningSim, start
@@ -28,6 +31,8 @@ __all__ = [
     "LinearStepCost",
     "MetricsStyle",
     "Outcome",
+    "PrefixCache",
+    "RequestBlocks",
     "RunningSim",
     "SimConfig",
     "SimStats",

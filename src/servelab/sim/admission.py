@@ -14,8 +14,9 @@ from collections import deque
 from typing import Protocol
 
 from servelab.core.clock import now_ns
+from servelab.sim.prefix_cache import PrefixCache, held_tokens
 from servelab.sim.scheduler import Scheduler, Stream
-from servelab.sim.stats import EngineLoad
+from servelab.sim.stats import EngineLoad, SimCounters
 from servelab.sim.timing import TimedRequest, TimingSource
 
 __all__ = ["Admission", "FixedAdmission"]
@@ -51,14 +52,25 @@ class FixedAdmission:
     A stream that waited starts generating (its `timed.t_start_ns`) when a slot frees up;
     its chunks are due from then, so its TTFT counted from receive includes the wait.
     A stalled stream gives its slot back, as if the engine had moved on without it.
+    With a prefix cache a stream looks its prompt up and caches its blocks when it
+    starts, pins them while it runs, and caches the blocks its output filled when it
+    ends; the timing does not change, as fixed timing has no prefill to save.
     """
 
     def __init__(
-        self, *, scheduler: Scheduler, timing: TimingSource, max_running: int | None
+        self,
+        *,
+        scheduler: Scheduler,
+        timing: TimingSource,
+        max_running: int | None,
+        counters: SimCounters,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         self._scheduler = scheduler
         self._timing = timing
         self._max_running = max_running
+        self._counters = counters
+        self._cache = prefix_cache
         self._running: set[Stream] = set()
         self._waiting: deque[Stream] = deque()
         self._stopped = False
@@ -75,6 +87,12 @@ class FixedAdmission:
     def release(self, stream: Stream) -> None:
         if stream in self._running:
             self._running.discard(stream)
+            decoded = max(stream.tokens_sent - 1, 0)
+            self._counters.decode_tokens += decoded
+            if self._cache is not None and stream.blocks is not None:
+                # the last token sent was sampled, never computed: its KV does not exist
+                self._cache.settle(stream.blocks, stream.timed.prompt_tokens + decoded)
+                self._cache.release(stream.blocks)
             while self._waiting and not self._stopped and self._has_room():
                 waiting = self._waiting.popleft()
                 waiting.timed = dataclasses.replace(waiting.timed, t_start_ns=now_ns())
@@ -83,9 +101,16 @@ class FixedAdmission:
             self._waiting.remove(stream)
 
     def load(self) -> EngineLoad:
-        held = sum(stream.timed.prompt_tokens + stream.tokens_sent for stream in self._running)
+        cache = self._cache
+        held = held_tokens(
+            cache, ((s.timed.prompt_tokens + s.tokens_sent, s.blocks) for s in self._running)
+        )
         return EngineLoad(
-            running=len(self._running), waiting=len(self._waiting), kv_used_tokens=held
+            running=len(self._running),
+            waiting=len(self._waiting),
+            kv_used_tokens=held,
+            cached_tokens=cache.blocks * cache.block_size if cache else 0,
+            evicted_tokens=cache.evicted_blocks * cache.block_size if cache else 0,
         )
 
     def stop(self) -> None:
@@ -96,6 +121,15 @@ class FixedAdmission:
 
     def _start(self, stream: Stream) -> None:
         self._running.add(stream)
+        prompt, cache, blocks = stream.timed.prompt_tokens, self._cache, stream.blocks
+        cached = queried = 0
+        if cache is not None and blocks is not None:
+            hit = cache.match(blocks, prompt)
+            cache.pin(blocks, hit)
+            cache.settle(blocks, prompt)
+            queried, cached = prompt, cache.block_size * len(hit)
+        self._counters.count_prefill(queried=queried, hit=cached, computed=prompt - cached)
+        stream.started(cached)
         if stream.ready is None:
             self._scheduler.schedule(stream)
         else:

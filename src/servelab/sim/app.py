@@ -20,7 +20,13 @@ from servelab.core.clock import NS_PER_S, now_ns
 from servelab.core.units import MS_PER_S
 from servelab.sim.admission import Admission, FixedAdmission
 from servelab.sim.batching import Batcher
-from servelab.sim.config import MAX_MODEL_LEN, MetricsStyle, SimConfig
+from servelab.sim.blocks import RequestBlocks
+from servelab.sim.config import (
+    MAX_MODEL_LEN,
+    UNBOUNDED_PREFIX_CACHE_TOKENS,
+    MetricsStyle,
+    SimConfig,
+)
 from servelab.sim.faults import NO_FAULT, Fault, FaultPicker
 from servelab.sim.metrics import CONTENT_TYPE, EngineMetrics
 from servelab.sim.parsing import (
@@ -30,6 +36,7 @@ from servelab.sim.parsing import (
     parse_json,
     prompt_token_ids,
 )
+from servelab.sim.prefix_cache import PrefixCache
 from servelab.sim.profiles import step_cost_for
 from servelab.sim.responses import (
     completion_body,
@@ -89,14 +96,25 @@ class SimApp:
             (config.kv_capacity_tokens or cost.kv_capacity_tokens) if cost is not None else None
         )
         """Batching: tokens of KV cache (the config's, else the profile's); None: unbounded."""
+        self._cache = self._prefix_cache(config)
         self._admission = self._engine(config, cost)
         self._metrics = EngineMetrics(
             style=config.metrics_style,
             model=config.model,
             counters=self._counters,
             load=self._admission.load,
+            block_size=config.block_size,
+            prefix_cache=config.prefix_cache,
         )
         self._closing = False
+
+    def _prefix_cache(self, config: SimConfig) -> PrefixCache | None:
+        """The prefix cache, in the KV capacity (fixed timing: the config's, if any)."""
+        if not config.prefix_cache:
+            return None
+        capacity = self._kv_capacity_tokens or config.kv_capacity_tokens
+        tokens = capacity or UNBOUNDED_PREFIX_CACHE_TOKENS
+        return PrefixCache(block_size=config.block_size, max_blocks=tokens // config.block_size)
 
     def _engine(self, config: SimConfig, step_cost: StepCost | None) -> Admission:
         if step_cost is None:
@@ -104,6 +122,8 @@ class SimApp:
                 scheduler=self._scheduler,
                 timing=self._timing,
                 max_running=config.max_running_requests,
+                counters=self._counters,
+                prefix_cache=self._cache,
             )
         batcher: Batcher[Stream] = Batcher(
             step_cost=ScaledStepCost(step_cost, config.time_scale),
@@ -111,6 +131,7 @@ class SimApp:
             max_running=config.max_running_requests,
             kv_capacity_tokens=self._kv_capacity_tokens,
             step_overhead_s=config.step_overhead_ms / MS_PER_S / config.time_scale,
+            prefix_cache=self._cache,
         )
         return StepLoop(batcher=batcher, scheduler=self._scheduler, counters=self._counters)
 
@@ -215,6 +236,8 @@ class SimApp:
             transport=transport,
             frames=body.frames,
             tokens_per_chunk=self._config.tokens_per_chunk,
+            blocks=self._blocks(generation),
+            final_frame=body.final,
         )
         self._scheduler.track(stream)
         self._admission.admit(stream)
@@ -237,6 +260,7 @@ class SimApp:
             transport=transport,
             frames=[],
             tokens_per_chunk=generation.max_tokens,
+            blocks=self._blocks(generation),
         )
         self._scheduler.track(stream)
         if info.fault.kind is Fault.STALL:
@@ -251,7 +275,11 @@ class SimApp:
             self._scheduler.finish(stream, Outcome.DISCONNECTED)
             raise
         body = completion_body(
-            generation, config=self._config, request_id=info.request_id, created=int(time.time())
+            generation,
+            config=self._config,
+            request_id=info.request_id,
+            created=int(time.time()),
+            cached_tokens=stream.cached_tokens,
         )
         response = web.Response(body=body, content_type="application/json", headers=headers)
         self._scheduler.answered(stream, due_ns)
@@ -259,6 +287,13 @@ class SimApp:
         await response.write_eof()
         self._scheduler.finish(stream, Outcome.COMPLETE)
         return response
+
+    def _blocks(self, generation: GenerationRequest) -> RequestBlocks | None:
+        if self._cache is None:
+            return None
+        return RequestBlocks(
+            generation.prompt_units, generation.output_unit, block_size=self._cache.block_size
+        )
 
     def _new_request_id(self) -> str:
         return f"sim-{self._worker}-{next(self._ids)}"
@@ -356,6 +391,7 @@ class SimApp:
             t_recv_ns=t_recv_ns,
             t_done_ns=t_done_ns,
             prompt_tokens=prompt_tokens,
+            cached_tokens=stream.cached_tokens if stream else 0,
             completion_tokens=stream.tokens_sent if stream else 0,
             tokens_per_chunk=(stream or self._config).tokens_per_chunk,
             chunk_sent_ns=stream.sent_ns if stream else [],

@@ -15,6 +15,14 @@ The rules, modelled on SGLang's scheduler with its default first-come-first-serv
   max_tokens, so that reservation is exact and nothing is ever preempted. (SGLang
   reserves only a decaying fraction of max_new_tokens and retracts requests when the
   cache runs out; that optimism and its retractions are not modelled.)
+- With a prefix cache (`servelab.sim.prefix_cache`), a request admitted with a hit starts
+  with those tokens prefilled, so only the rest is prefilled (and charged); the blocks it
+  shares are counted once, beside the reservations, and a request is admitted when its
+  own reservation fits beside those and the blocks running requests pin. Free cached
+  blocks fill the rest and are evicted, least recently freed first, when an admitted
+  request needs the room. Blocks a step fills are cached when the step is planned:
+  first those of the running requests, then each admitted one's, so a request admitted
+  later in the same step hits what an earlier one is prefilling, as in vLLM.
 - A step decodes one token for every running request whose prefill is done and prefills
   up to `chunked_prefill_size` prompt tokens: first the rest of the request whose prompt
   did not fit in the previous step, then newly admitted ones. So a long prompt spans
@@ -31,6 +39,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, TypeVar
 
+from servelab.sim.blocks import RequestBlocks
+from servelab.sim.prefix_cache import CachedBlock, PrefixCache, held_tokens
 from servelab.sim.stepcost import StepCost
 
 __all__ = ["Batcher", "EngineRequest", "Phase", "Step"]
@@ -49,7 +59,11 @@ class Phase(Enum):
 
 @dataclass(eq=False, slots=True)
 class EngineRequest(Generic[T]):
-    """One request as the engine tracks it; `owner` is whatever the caller attaches."""
+    """One request as the engine tracks it; `owner` is whatever the caller attaches.
+
+    `blocks` are its block keys for the prefix cache (None: it takes no part in it);
+    `cached_tokens` the prompt tokens its hit supplied at admission.
+    """
 
     prompt_tokens: int
     max_tokens: int
@@ -57,6 +71,8 @@ class EngineRequest(Generic[T]):
     prefilled: int = 0
     generated: int = 0
     phase: Phase = Phase.WAITING
+    blocks: RequestBlocks | None = None
+    cached_tokens: int = 0
 
     def __post_init__(self) -> None:
         self.prompt_tokens = max(self.prompt_tokens, 1)
@@ -74,12 +90,14 @@ class EngineRequest(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class Step(Generic[T]):
-    """One planned step: who decodes, who prefills how much, and how long it takes."""
+    """One planned step: who decodes, who prefills how much, how long it takes, and who
+    it admitted (their prefill entries come last)."""
 
     decode: list[EngineRequest[T]]
     prefill: list[tuple[EngineRequest[T], int]]
     decode_context_tokens: int
     duration_s: float
+    admitted: list[EngineRequest[T]]
 
     @property
     def prefill_tokens(self) -> int:
@@ -98,6 +116,7 @@ class Batcher(Generic[T]):
         max_running: int | None = None,
         kv_capacity_tokens: int | None = None,
         step_overhead_s: float = 0.0,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         if chunked_prefill_size < 1:
             raise ValueError("chunked_prefill_size must be at least 1")
@@ -106,12 +125,19 @@ class Batcher(Generic[T]):
         self.max_running = max_running
         self.kv_capacity_tokens = kv_capacity_tokens
         self.step_overhead_s = step_overhead_s
+        self.prefix_cache = prefix_cache
         self.waiting: deque[EngineRequest[T]] = deque()
         self.running: dict[EngineRequest[T], None] = {}
         """In admission order (a dict for O(1) removal)."""
-        self.kv_used_tokens = 0
         self.kv_reserved_tokens = 0
+        """What running requests will hold at their last token, less the cached blocks
+        they pin (those are the prefix cache's)."""
         self._partial: EngineRequest[T] | None = None
+
+    @property
+    def kv_used_tokens(self) -> int:
+        """KV cache held now: running requests' own tokens, plus the cached blocks they pin."""
+        return held_tokens(self.prefix_cache, ((r.kv_tokens, r.blocks) for r in self.running))
 
     def fits(self, prompt_tokens: int, max_tokens: int) -> bool:
         """Whether a request of this size could ever run: its KV fits an empty cache."""
@@ -143,6 +169,8 @@ class Batcher(Generic[T]):
             if request.prefilled == request.prompt_tokens:
                 decode.append(request)
                 context += request.prompt_tokens + request.generated
+                if request.blocks is not None:  # this step computes its newest token
+                    self._settle(request, request.prompt_tokens + request.generated)
         prefill: list[tuple[EngineRequest[T], int]] = []
         budget = self.chunked_prefill_size
         partial = self._partial
@@ -150,19 +178,20 @@ class Batcher(Generic[T]):
             chunk = min(partial.prompt_tokens - partial.prefilled, budget)
             prefill.append((partial, chunk))
             budget -= chunk
-        while budget > 0 and self.waiting and self._can_admit(self.waiting[0]):
+            self._settle(partial, partial.prefilled + chunk)
+        admitted: list[EngineRequest[T]] = []
+        while budget > 0 and self.waiting and self._admit(self.waiting[0]):
             request = self.waiting.popleft()
-            request.phase = Phase.RUNNING
-            self.running[request] = None
-            self.kv_reserved_tokens += request.reserved_tokens
-            chunk = min(request.prompt_tokens, budget)
+            admitted.append(request)
+            chunk = min(request.prompt_tokens - request.prefilled, budget)
             prefill.append((request, chunk))
             budget -= chunk
+            self._settle(request, request.prefilled + chunk)
         if not decode and not prefill:
             return None
         prefill_tokens = self.chunked_prefill_size - budget
         duration_s = self.step_cost.step_s(len(decode), context, prefill_tokens)
-        return Step(decode, prefill, context, duration_s + self.step_overhead_s)
+        return Step(decode, prefill, context, duration_s + self.step_overhead_s, admitted)
 
     def complete(self, step: Step[T]) -> list[EngineRequest[T]]:
         """Apply a step; the requests that received a token, decoders first.
@@ -176,7 +205,6 @@ class Batcher(Generic[T]):
             if request.phase is not running:
                 continue
             request.generated += 1
-            self.kv_used_tokens += 1
             tokens.append(request)
             if request.generated == request.max_tokens:
                 self._retire(request)
@@ -184,29 +212,56 @@ class Batcher(Generic[T]):
             if request.phase is not running:
                 continue
             request.prefilled += chunk
-            self.kv_used_tokens += chunk
             if request.prefilled < request.prompt_tokens:
                 self._partial = request
                 continue
             if self._partial is request:
                 self._partial = None
             request.generated = 1
-            self.kv_used_tokens += 1
             tokens.append(request)
             if request.max_tokens == 1:
                 self._retire(request)
         return tokens
 
-    def _can_admit(self, request: EngineRequest[T]) -> bool:
+    def _admit(self, request: EngineRequest[T]) -> bool:
+        """Start a waiting request with its prefix-cache hit, if it fits now."""
         if self.max_running is not None and len(self.running) >= self.max_running:
             return False
+        cache, blocks = self.prefix_cache, request.blocks
+        own = request.reserved_tokens
+        shared = 0
+        hit: list[CachedBlock] = []
+        if cache is not None:
+            if blocks is not None:
+                hit = cache.match(blocks, request.prompt_tokens)
+                own -= cache.block_size * len(hit)
+            shared = cache.block_size * (cache.pinned_blocks + cache.free_among(hit))
         capacity = self.kv_capacity_tokens
-        return capacity is None or self.kv_reserved_tokens + request.reserved_tokens <= capacity
+        if capacity is not None and self.kv_reserved_tokens + shared + own > capacity:
+            return False
+        if cache is not None and blocks is not None:
+            cache.pin(blocks, hit)
+            request.cached_tokens = request.prefilled = cache.block_size * len(hit)
+        request.phase = Phase.RUNNING
+        self.running[request] = None
+        self.kv_reserved_tokens += own
+        if cache is not None and capacity is not None:  # free cached blocks make way
+            cache.shrink_to((capacity - self.kv_reserved_tokens) // cache.block_size)
+        return True
+
+    def _settle(self, request: EngineRequest[T], tokens: int) -> None:
+        """Cache the full blocks a step fills; they stop counting as the request's own."""
+        if self.prefix_cache is not None and request.blocks is not None:
+            added = self.prefix_cache.settle(request.blocks, tokens)
+            self.kv_reserved_tokens -= self.prefix_cache.block_size * added
 
     def _retire(self, request: EngineRequest[T]) -> None:
         del self.running[request]
-        self.kv_used_tokens -= request.kv_tokens
-        self.kv_reserved_tokens -= request.reserved_tokens
+        own = request.reserved_tokens
+        if self.prefix_cache is not None and request.blocks is not None:
+            own -= self.prefix_cache.block_size * len(request.blocks.pinned)
+            self.prefix_cache.release(request.blocks)
+        self.kv_reserved_tokens -= own
         request.phase = Phase.DONE
         if self._partial is request:
             self._partial = None

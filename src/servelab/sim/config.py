@@ -12,6 +12,7 @@ from servelab.sim.model_profile import CALIBRATED_PROFILES, PROFILE_DEFAULTS
 from servelab.sim.profiles import PROFILES
 
 __all__ = [
+    "DEFAULT_BLOCK_SIZE",
     "DEFAULT_CHUNKED_PREFILL_SIZE",
     "DEFAULT_ITL_MS",
     "DEFAULT_MAX_TOKENS",
@@ -22,6 +23,7 @@ __all__ = [
     "DEFAULT_STEP_PER_SEQ_MS",
     "DEFAULT_TTFT_MS",
     "MAX_MODEL_LEN",
+    "UNBOUNDED_PREFIX_CACHE_TOKENS",
     "MetricsStyle",
     "SimConfig",
 ]
@@ -37,6 +39,13 @@ MAX_MODEL_LEN = 131_072
 DEFAULT_CHUNKED_PREFILL_SIZE = 8192
 """SGLang's default on GPUs of 35 to 160 GB (H100, H200, A100): server_args.py sets
 chunked_prefill_size to 2048 below that, 16384 above it (B200, MI300), 4096 if unknown."""
+DEFAULT_BLOCK_SIZE = 16
+"""vLLM's: `CacheConfig.DEFAULT_BLOCK_SIZE` (vllm/config/cache.py, 0.32), which its GPU
+attention backends keep (its CPU build uses 128)."""
+UNBOUNDED_PREFIX_CACHE_TOKENS = 1 << 22
+"""The prefix cache's bound when no KV capacity is modelled (fixed timing, or a profile
+without one): about 4M tokens, more than a GPU's KV cache usually holds, so that a long
+run's memory stays bounded."""
 DEFAULT_STEP_BASE_MS = 10.0
 """Linear profile: a step of a mid-sized model on one GPU, dominated by reading weights."""
 DEFAULT_STEP_PER_SEQ_MS = 0.05
@@ -61,6 +70,9 @@ class SimConfig(BaseModel):
     Batching (a `profile`, see `servelab.sim.profiles.PROFILES`): a continuous-batching
     engine whose step times come from the profile's StepCost (see `servelab.sim.batching`);
     `ttft_ms` and `itl_ms` are then unused. It runs in one process (`workers` must be 1).
+    The prefix cache (`prefix_cache`, on by default as in vLLM v1 and SGLang) reuses the
+    KV of shared prompt prefixes in whole blocks of `block_size` tokens, held in the KV
+    capacity (see `servelab.sim.prefix_cache`); in batching a hit saves its prefill.
     Fault rates are per-request probabilities; at most one fault hits a request, so
     their sum must not exceed 1. `workers > 1` runs that many processes on one port
     (see `servelab.sim.process`); one process sends about 50k chunks/s on one core.
@@ -112,7 +124,24 @@ class SimConfig(BaseModel):
     kv_capacity_tokens: int | None = Field(
         default=None,
         ge=1,
-        description="Batching: tokens of KV cache; None: the profile's capacity.",
+        description="Batching: tokens of KV cache; None: the profile's capacity. Fixed"
+        " timing: bounds the prefix cache only.",
+    )
+    prefix_cache: bool = Field(
+        default=True,
+        description="Reuse the KV of shared prompt prefixes, in whole blocks; on by default,"
+        " as vLLM v1's enable_prefix_caching and SGLang's radix cache are.",
+    )
+    block_size: int = Field(
+        default=DEFAULT_BLOCK_SIZE,
+        ge=1,
+        description="Prefix cache: tokens per block; only full blocks are cached and hit.",
+    )
+    cache_report: bool = Field(
+        default=False,
+        description="Put usage.prompt_tokens_details.cached_tokens in answers, as vLLM's"
+        " --enable-prompt-tokens-details and SGLang's --enable-cache-report do (both off"
+        " by default).",
     )
     chunked_prefill_size: int = Field(
         default=DEFAULT_CHUNKED_PREFILL_SIZE, ge=1, description="Batching: prompt tokens a step."

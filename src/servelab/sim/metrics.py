@@ -8,18 +8,23 @@ from a private registry holding one collector.
 Where the names, labels and buckets come from:
 - SGLang: python/sglang/srt/metrics/collector.py (sgl-project/sglang main at 00ae9c1):
   SchedulerMetricsCollector (sglang:num_running_reqs, num_queue_reqs, num_used_tokens,
-  token_usage, gen_throughput, cache_hit_rate, max_total_num_tokens, queue_time_seconds;
-  labels model_name, engine_type, tp_rank, pp_rank, moe_ep_rank as the scheduler sets
-  them) and TokenizerMetricsCollector (sglang:prompt_tokens_total,
-  generation_tokens_total, num_requests_total, time_to_first_token_seconds,
-  inter_token_latency_seconds, e2e_request_latency_seconds; labels model_name,
-  engine_type as the tokenizer manager sets them).
+  token_usage, gen_throughput, cache_hit_rate, max_total_num_tokens, queue_time_seconds,
+  realtime_tokens_total with a `mode` label; labels model_name, engine_type, tp_rank,
+  pp_rank, moe_ep_rank as the scheduler sets them) and TokenizerMetricsCollector
+  (sglang:prompt_tokens_total, generation_tokens_total, cached_tokens_total,
+  num_requests_total, time_to_first_token_seconds, inter_token_latency_seconds,
+  e2e_request_latency_seconds; labels model_name, engine_type as the tokenizer manager
+  sets them).
 - vLLM: vllm/v1/metrics/loggers.py, PrometheusStatLogger of the 0.12 series (it notes
   time_per_output_token_seconds as "deprecated in 0.11"): vllm:num_requests_running,
   num_requests_waiting, kv_cache_usage_perc (vllm:gpu_cache_usage_perc, deprecated in
   0.9, is gone), prompt_tokens_total, generation_tokens_total, num_preemptions_total,
-  request_success_total, time_to_first_token_seconds, inter_token_latency_seconds,
+  request_success_total, prefix_cache_queries_total, prefix_cache_hits_total (the same
+  names in 0.32), time_to_first_token_seconds, inter_token_latency_seconds,
   e2e_request_latency_seconds, request_queue_time_seconds; labels model_name, engine.
+  vllm:cache_config_info, a gauge of 1 whose labels are the CacheConfig's fields as
+  strings and engine (no model_name): the simulator's block_size, enable_prefix_caching
+  and num_gpu_blocks (vLLM sends every field).
 
 What the simulator puts in them: latencies are observed when a request completes (the
 engines observe TTFT at the first token); TTFT, inter-token latency and E2E run from
@@ -28,7 +33,23 @@ k tokens counting k times as gap / k (SGLang's way); queue time runs from receiv
 start of generation. gen_throughput is output tokens per second since the previous
 scrape. KV usage is the tokens held over the capacity, 0 when the capacity is unlimited;
 in fixed-timing mode the tokens held are the prompt plus the tokens sent of each running
-request. There is no prefix cache (cache_hit_rate 0) and no preemption.
+request. Tokens held count a cached block once however many requests share it, and not
+at all once it is free (both engines count free cached blocks as free). There is no
+preemption.
+
+The prefix cache's (see `servelab.sim.prefix_cache`), in tokens:
+- vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total: each request, when it
+  starts, adds its prompt tokens to the queries and the tokens its hit supplied to the
+  hits (vLLM's `PrefixCacheStats.record` at admission); both stay 0 with the cache off.
+- sglang:cache_hit_rate: of the latest prefill, hits / (hits + prompt tokens computed),
+  the hits being those of the requests it starts (SGLang's log_prefill_stats; its
+  decode log lines leave the gauge alone in the sources read, and so does the simulator).
+- sglang:cached_tokens_total: at each completed request, the tokens its hit supplied;
+  absent until one is positive (SGLang creates the series at its first increment).
+- sglang:realtime_tokens_total{mode}: prefill_compute, the prompt tokens computed;
+  prefill_cache, the hits; decode, the output tokens from decoding (each request's
+  first comes from its prefill). SGLang adds to it at each batch it logs; the simulator
+  at every step (batching) or when a request starts and ends (fixed timing).
 """
 
 from __future__ import annotations
@@ -190,12 +211,18 @@ class EngineMetrics:
         model: str,
         counters: SimCounters,
         load: Callable[[], EngineLoad],
+        block_size: int,
+        prefix_cache: bool,
     ) -> None:
         self._style = style
+        self._block_size = block_size
+        self._prefix_cache = prefix_cache
         self._names = names = _names(style, model)
         self._counters = counters
         self._load = load
         self._requests = 0
+        self._cached_tokens = 0
+        """Prompt tokens the cache supplied to completed requests."""
         self._ttft = _Histogram(names.ttft_buckets)
         self._itl = _Histogram(names.itl_buckets)
         self._e2e = _Histogram(names.e2e_buckets)
@@ -210,6 +237,7 @@ class EngineMetrics:
         if not sent:
             return
         self._requests += 1
+        self._cached_tokens += stream.cached_tokens
         t_recv = stream.timed.t_recv_ns
         self._ttft.observe((sent[0] - t_recv) / NS_PER_S)
         self._e2e.observe((sent[-1] - t_recv) / NS_PER_S)
@@ -242,19 +270,58 @@ class EngineMetrics:
             yield _gauge("sglang:num_used_tokens", "Tokens held.", state, load.kv_used_tokens)
             yield _gauge("sglang:max_total_num_tokens", "KV capacity.", state, capacity or 0)
             yield _gauge("sglang:gen_throughput", "Output tok/s.", state, self._throughput())
-            yield _gauge("sglang:cache_hit_rate", "Prefix cache hit rate.", state, 0.0)
+            hit_rate = counters.prefill_hit_rate
+            yield _gauge("sglang:cache_hit_rate", "Prefix cache hit rate.", state, hit_rate)
+            yield self._realtime_tokens(state)
         yield _counter(names.prompt_tokens, "Prompt tokens.", request, counters.prompt_tokens)
         yield _counter(names.generation_tokens, "Output tokens.", request, counters.tokens_sent)
         if self._style is MetricsStyle.VLLM:
             finished = request | {"finished_reason": "length"}
             yield _counter(names.requests, "Requests completed.", finished, self._requests)
             yield _counter("vllm:num_preemptions", "Preemptions.", request, 0)
+            yield self._cache_config(capacity)
+            queried, hits = counters.prefix_queried_tokens, counters.prefix_hit_tokens
+            yield _counter(
+                "vllm:prefix_cache_queries", "Prompt tokens looked up.", request, queried
+            )
+            yield _counter("vllm:prefix_cache_hits", "Prompt tokens hit.", request, hits)
         else:
             yield _counter(names.requests, "Requests completed.", request, self._requests)
+            cached = CounterMetricFamily(
+                "sglang:cached_tokens", "Cached prompt tokens.", labels=list(request)
+            )
+            if self._cached_tokens > 0:
+                cached.add_metric(list(request.values()), self._cached_tokens)
+            yield cached
         yield self._ttft.family(names.ttft, "Time to first token, s.", request)
         yield self._itl.family(names.itl, "Inter-token latency, s.", request)
         yield self._e2e.family(names.e2e, "End-to-end request latency, s.", request)
         yield self._queue.family(names.queue, "Queueing time, s.", state)
+
+    def _cache_config(self, capacity: int | None) -> GaugeMetricFamily:
+        """vllm:cache_config_info: the cache's settings as labels, the way vLLM writes them."""
+        blocks = capacity // self._block_size if capacity else None
+        info = {
+            "block_size": str(self._block_size),
+            "enable_prefix_caching": str(self._prefix_cache),
+            "num_gpu_blocks": str(blocks),
+            "engine": "0",
+        }
+        return _gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", info, 1)
+
+    def _realtime_tokens(self, labels: dict[str, str]) -> CounterMetricFamily:
+        """sglang:realtime_tokens_total, one series per kind of token processed."""
+        counters = self._counters
+        family = CounterMetricFamily(
+            "sglang:realtime_tokens", "Tokens processed, by mode.", labels=[*labels, "mode"]
+        )
+        for mode, tokens in (
+            ("prefill_compute", counters.prefill_computed_tokens),
+            ("prefill_cache", counters.prefix_hit_tokens),
+            ("decode", counters.decode_tokens),
+        ):
+            family.add_metric([*labels.values(), mode], tokens)
+        return family
 
     def _throughput(self) -> float:
         """Output tokens per second since the previous scrape (or the start)."""

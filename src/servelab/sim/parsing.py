@@ -2,14 +2,15 @@
 
 The token model is deliberately simple so a client can predict it: one token is one
 whitespace-separated word of the prompt (chat: of the message contents joined), or one
-id when the prompt is a list of token ids.
+id when the prompt is a list of token ids. Those words (or ids) are the prompt's units,
+on which the prefix cache matches; every output token is the word `OUTPUT_WORD`.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Hashable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -17,6 +18,7 @@ import orjson
 from servelab.sim.config import DEFAULT_MAX_TOKENS
 
 __all__ = [
+    "OUTPUT_WORD",
     "GenerationRequest",
     "RequestError",
     "parse_generation",
@@ -26,6 +28,8 @@ __all__ = [
 
 VOCAB_SIZE = 32_000
 """Word token ids are a hash of the word modulo this; only their count matters."""
+OUTPUT_WORD = "tok"
+"""The word of every output token."""
 
 
 class RequestError(Exception):
@@ -39,13 +43,25 @@ class RequestError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
-    """One chat or completions request, reduced to what shapes the answer."""
+    """One chat or completions request, reduced to what shapes the answer.
+
+    `prompt_units` are the prompt's tokens (words, or the ids sent) for the prefix cache;
+    left out of comparisons and repr, which a long prompt would drown.
+    """
 
     chat: bool
     stream: bool
     include_usage: bool
     prompt_tokens: int
     max_tokens: int
+    prompt_units: Sequence[Hashable] = field(default=(), compare=False, repr=False)
+
+    @property
+    def output_unit(self) -> Hashable:
+        """An output token as the prompt's units would write it: the word, or its id."""
+        if self.prompt_units and isinstance(self.prompt_units[0], int):
+            return _word_id(OUTPUT_WORD)
+        return OUTPUT_WORD
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
@@ -73,12 +89,15 @@ def parse_generation(
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise _invalid("'stream_options' must be an object")
+    prompt = _prompt(body, chat=chat)
+    units = prompt.split() if isinstance(prompt, str) else prompt
     return GenerationRequest(
         chat=chat,
         stream=stream,
         include_usage=options.get("include_usage") is True,
-        prompt_tokens=_prompt_token_count(body, chat=chat),
+        prompt_tokens=len(units),
         max_tokens=_max_tokens(body),
+        prompt_units=units,
     )
 
 
@@ -86,14 +105,12 @@ def prompt_token_ids(body: dict[str, Any], *, chat: bool) -> list[int]:
     """The prompt's token ids under the one-word-one-token model."""
     prompt = _prompt(body, chat=chat)
     if isinstance(prompt, str):
-        return [zlib.crc32(word.encode()) % VOCAB_SIZE for word in prompt.split()]
+        return [_word_id(word) for word in prompt.split()]
     return prompt
 
 
-def _prompt_token_count(body: dict[str, Any], *, chat: bool) -> int:
-    """len(prompt_token_ids(...)) without hashing every word."""
-    prompt = _prompt(body, chat=chat)
-    return len(prompt.split()) if isinstance(prompt, str) else len(prompt)
+def _word_id(word: str) -> int:
+    return zlib.crc32(word.encode()) % VOCAB_SIZE
 
 
 def _prompt(body: dict[str, Any], *, chat: bool) -> str | list[int]:

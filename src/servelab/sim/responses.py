@@ -8,6 +8,8 @@ so each shape is serialized once and the list holds references to it.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +17,7 @@ import orjson
 
 from servelab import __version__
 from servelab.sim.config import MAX_MODEL_LEN, SimConfig
-from servelab.sim.parsing import GenerationRequest
+from servelab.sim.parsing import OUTPUT_WORD, GenerationRequest
 
 __all__ = [
     "DONE_EVENT",
@@ -32,7 +34,7 @@ __all__ = [
     "stream_body",
 ]
 
-TOKEN_TEXT = " tok"
+TOKEN_TEXT = " " + OUTPUT_WORD
 """Every output token; a leading space so tokens join into words."""
 FINISH_REASON = "length"
 """Outputs always run to max_tokens, as if ignore_eos were set."""
@@ -52,11 +54,14 @@ MALFORMED_FRAME = http_chunk(b'data: {"choices": [\n\n')
 class StreamBody:
     """A streamed answer: `head` goes out with the headers, `frames[k]` at chunk k's due time.
 
-    The last frame also carries the usage event (when asked for) and `[DONE]`.
+    The last frame also carries the usage event (when asked for) and `[DONE]`; when that
+    usage reports cached prompt tokens (`SimConfig.cache_report`), `final` encodes the
+    last frame again for the count the engine found, else it is None.
     """
 
     head: bytes
     frames: list[bytes]
+    final: Callable[[int], bytes] | None = None
 
 
 def n_chunks(max_tokens: int, tokens_per_chunk: int) -> int:
@@ -78,13 +83,16 @@ def stream_body(
     count = n_chunks(request.max_tokens, config.tokens_per_chunk)
     encoded: dict[tuple[int, int, bool, bool], bytes] = {}
 
-    def frame(k: int) -> bytes:
+    def shape_of(k: int) -> tuple[int, int, bool, bool]:
         start = k * config.tokens_per_chunk
         end = min(request.max_tokens, start + config.tokens_per_chunk)
         n_reasoning = max(0, min(end, reasoning) - start)
-        shape = (n_reasoning, end - start - n_reasoning, role_in_first and k == 0, k == count - 1)
+        return (n_reasoning, end - start - n_reasoning, role_in_first and k == 0, k == count - 1)
+
+    def frame(k: int) -> bytes:
+        shape = shape_of(k)
         if shape not in encoded:
-            encoded[shape] = _text_frame(base, request, config, shape)
+            encoded[shape] = _text_frame(base, request, config, shape, 0)
         return encoded[shape]
 
     # Only the first, the last and the chunk where reasoning turns to content differ from
@@ -94,13 +102,22 @@ def stream_body(
         if len(frames) < special:
             frames += [frame(len(frames))] * (special - len(frames))
         frames.append(frame(special))
-    return StreamBody(head=head, frames=frames)
+    final: Callable[[int], bytes] | None = None
+    if config.cache_report and request.include_usage and config.send_usage:
+        final = functools.partial(_text_frame, base, request, config, shape_of(count - 1))
+    return StreamBody(head=head, frames=frames, final=final)
 
 
 def completion_body(
-    request: GenerationRequest, *, config: SimConfig, request_id: str, created: int
+    request: GenerationRequest,
+    *,
+    config: SimConfig,
+    request_id: str,
+    created: int,
+    cached_tokens: int = 0,
 ) -> bytes:
-    """The JSON answer of a non-streaming request."""
+    """The JSON answer of a non-streaming request; `cached_tokens` are its prompt tokens
+    the prefix cache supplied."""
     body = _base(request, config=config, request_id=request_id, created=created, stream=False)
     reasoning = min(config.reasoning_tokens, request.max_tokens) if request.chat else 0
     if request.chat:
@@ -116,7 +133,7 @@ def completion_body(
     choice |= {"logprobs": None, "finish_reason": FINISH_REASON}
     body["choices"] = [choice]
     if config.send_usage:
-        body["usage"] = _usage(request)
+        body["usage"] = _usage(request, config, cached_tokens)
     return orjson.dumps(body)
 
 
@@ -154,6 +171,9 @@ def server_info_body(config: SimConfig, *, kv_capacity_tokens: int | None) -> by
         "chunked_prefill_size": config.chunked_prefill_size,
         "max_total_tokens": config.kv_capacity_tokens,
         "max_total_num_tokens": kv_capacity_tokens,
+        "disable_radix_cache": not config.prefix_cache,
+        "page_size": config.block_size,
+        "enable_cache_report": config.cache_report,
         "status": "ready",
         "version": f"servelab-sim {__version__}",
     }
@@ -176,6 +196,7 @@ def _text_frame(
     request: GenerationRequest,
     config: SimConfig,
     shape: tuple[int, int, bool, bool],
+    cached_tokens: int,
 ) -> bytes:
     n_reasoning, n_content, with_role, last = shape
     finish = FINISH_REASON if last else None
@@ -192,7 +213,7 @@ def _text_frame(
     if not last:
         return frame
     if request.include_usage and config.send_usage:
-        frame += _event(base, [], usage=_usage(request))
+        frame += _event(base, [], usage=_usage(request, config, cached_tokens))
     return frame + http_chunk(DONE_EVENT)
 
 
@@ -205,9 +226,12 @@ def _event(base: dict[str, Any], choices: list[dict[str, Any]], **extra: Any) ->
     return http_chunk(b"data: " + orjson.dumps({**base, "choices": choices, **extra}) + b"\n\n")
 
 
-def _usage(request: GenerationRequest) -> dict[str, int]:
-    return {
+def _usage(request: GenerationRequest, config: SimConfig, cached_tokens: int) -> dict[str, Any]:
+    usage: dict[str, Any] = {
         "prompt_tokens": request.prompt_tokens,
         "completion_tokens": request.max_tokens,
         "total_tokens": request.prompt_tokens + request.max_tokens,
     }
+    if config.cache_report:  # vLLM's and SGLang's shape: {"cached_tokens": N}
+        usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return usage

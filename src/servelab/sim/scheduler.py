@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from servelab.core.clock import NS_PER_S, now_ns
 from servelab.core.units import NS_PER_MS
 from servelab.sim.batching import EngineRequest
+from servelab.sim.blocks import RequestBlocks
 from servelab.sim.faults import Fault, FaultPlan
 from servelab.sim.responses import MALFORMED_FRAME
 from servelab.sim.stats import SimCounters
@@ -50,12 +51,18 @@ class Stream:
 
     Non-streaming answers are tracked too (with no frames) so that stopping the server
     or a client leaving ends them the same way. `timed.start_ns` is when it began
-    generating (its receive time unless it waited for a running slot).
+    generating (its receive time unless it waited for a running slot). `blocks` are its
+    prompt's block keys when the prefix cache is on; `final_frame` re-encodes the last
+    frame once the engine knows the cached tokens its usage reports (None: it reports
+    none).
     """
 
     __slots__ = (
+        "blocks",
+        "cached_tokens",
         "done",
         "fault_at",
+        "final_frame",
         "frames",
         "info",
         "job",
@@ -78,12 +85,18 @@ class Stream:
         transport: asyncio.Transport,
         frames: list[bytes],
         tokens_per_chunk: int,
+        blocks: RequestBlocks | None = None,
+        final_frame: Callable[[int], bytes] | None = None,
     ) -> None:
         self.info = info
         self.timed = timed
         self.transport = transport
         self.frames = frames
         self.tokens_per_chunk = tokens_per_chunk
+        self.blocks = blocks
+        self.final_frame = final_frame
+        self.cached_tokens = 0
+        """Prompt tokens the prefix cache supplied, known once the engine starts it."""
         self.fault_at = info.fault.at_chunk if info.fault.kind is not Fault.NONE else -1
         self.next_chunk = 0
         self.sent_ns: list[int] = []
@@ -100,6 +113,12 @@ class Stream:
     def tokens_sent(self) -> int:
         """Output tokens in the text chunks written so far."""
         return min(self.timed.completion_tokens, len(self.sent_ns) * self.tokens_per_chunk)
+
+    def started(self, cached_tokens: int) -> None:
+        """The engine started it with this many prompt tokens from the prefix cache."""
+        self.cached_tokens = cached_tokens
+        if self.final_frame is not None and self.frames:
+            self.frames[-1] = self.final_frame(cached_tokens)
 
 
 class Scheduler:

@@ -6,6 +6,8 @@ connection.
 Send lag (a chunk's send time minus its due time) is kept in a fixed histogram rather
 than a list, so a long benchmark costs no memory and a chunk costs one increment. In
 batching mode step lag (a step's end handled minus its planned end) is kept the same way.
+The prompt tokens looked up in the prefix cache and hit there are counted when a request
+starts (vLLM records them at admission).
 """
 
 from __future__ import annotations
@@ -52,16 +54,27 @@ class SimStats(BaseModel):
     )
     step_lag_p99_ms: float
     step_lag_max_ms: float
+    prefix_cache_queried_tokens: int = Field(
+        description="Prompt tokens of started requests looked up in the prefix cache."
+    )
+    prefix_cache_hit_tokens: int = Field(
+        description="Of those, the tokens the cache supplied (in whole blocks)."
+    )
+    prefix_cache_tokens: int = Field(description="Tokens in cached blocks now, pinned or free.")
+    prefix_cache_evicted_tokens: int = Field(description="Tokens in blocks evicted so far.")
 
 
 @dataclass(frozen=True, slots=True)
 class EngineLoad:
-    """What the engine holds right now."""
+    """What the engine holds right now; the prefix cache's blocks, and those it evicted,
+    in tokens."""
 
     running: int
     waiting: int
     kv_used_tokens: int = 0
     kv_capacity_tokens: int | None = None
+    cached_tokens: int = 0
+    evicted_tokens: int = 0
 
 
 class LagHistogram:
@@ -123,6 +136,24 @@ class SimCounters:
         self.lag = LagHistogram()
         self.steps = 0
         self.step_lag = LagHistogram()
+        self.prefix_queried_tokens = 0
+        """Prompt tokens looked up in the prefix cache (none while it is off)."""
+        self.prefix_hit_tokens = 0
+        self.prefill_computed_tokens = 0
+        """Prompt tokens prefilled, the cache's hits not included."""
+        self.decode_tokens = 0
+        """Output tokens from decoding (a request's first comes from its prefill)."""
+        self.prefill_hit_rate = 0.0
+        """Hit share of the prompt tokens of the latest prefill: hits / (hits + computed)."""
+
+    def count_prefill(self, *, queried: int, hit: int, computed: int) -> None:
+        """Count a prefill: prompt tokens looked up and hit in the cache by the requests
+        it starts, and the prompt tokens it computes (some may be those of earlier starts)."""
+        self.prefix_queried_tokens += queried
+        self.prefix_hit_tokens += hit
+        self.prefill_computed_tokens += computed
+        if hit + computed:
+            self.prefill_hit_rate = hit / (hit + computed)
 
     def snapshot(self, load: EngineLoad) -> SimStats:
         """The counters now, with lags in milliseconds."""
@@ -145,4 +176,8 @@ class SimCounters:
             step_lag_p50_ms=self.step_lag.quantile_ns(0.50) / NS_PER_MS,
             step_lag_p99_ms=self.step_lag.quantile_ns(0.99) / NS_PER_MS,
             step_lag_max_ms=self.step_lag.max_ns / NS_PER_MS,
+            prefix_cache_queried_tokens=self.prefix_queried_tokens,
+            prefix_cache_hit_tokens=self.prefix_hit_tokens,
+            prefix_cache_tokens=load.cached_tokens,
+            prefix_cache_evicted_tokens=load.evicted_tokens,
         )

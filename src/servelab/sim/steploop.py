@@ -47,7 +47,9 @@ class StepLoop:
 
     def admit(self, stream: Stream) -> None:
         timed = stream.timed
-        job = EngineRequest(timed.prompt_tokens, timed.completion_tokens, stream)
+        job = EngineRequest(
+            timed.prompt_tokens, timed.completion_tokens, stream, blocks=stream.blocks
+        )
         stream.job = job
         self._batcher.submit(job)
         if self._step is None and self._timer is None and not self._stopped:
@@ -58,12 +60,14 @@ class StepLoop:
             self._batcher.cancel(stream.job)
 
     def load(self) -> EngineLoad:
-        batcher = self._batcher
+        batcher, cache = self._batcher, self._batcher.prefix_cache
         return EngineLoad(
             running=len(batcher.running),
             waiting=len(batcher.waiting),
             kv_used_tokens=batcher.kv_used_tokens,
             kv_capacity_tokens=batcher.kv_capacity_tokens,
+            cached_tokens=cache.blocks * cache.block_size if cache else 0,
+            evicted_tokens=cache.evicted_blocks * cache.block_size if cache else 0,
         )
 
     def stop(self) -> None:
@@ -89,13 +93,26 @@ class StepLoop:
         step = self._step = None if self._stopped else self._batcher.plan()
         if step is None:
             return
-        for job, _ in step.prefill:
-            if job.prefilled == 0:  # admitted by this step
-                stream = job.owner
-                stream.timed = dataclasses.replace(stream.timed, t_start_ns=start_ns)
+        for job in step.admitted:
+            stream = job.owner
+            stream.timed = dataclasses.replace(stream.timed, t_start_ns=start_ns)
+            stream.started(job.cached_tokens)
+        self._count(step)
         self._step_end_ns = end_ns = start_ns + round(step.duration_s * NS_PER_S)
         delay_s = max(end_ns - now_ns(), 0) / NS_PER_S
         self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_step_end)
+
+    def _count(self, step: Step[Stream]) -> None:
+        """The step's tokens by kind, and the cache lookups of the requests it admits."""
+        counters = self._counters
+        counters.decode_tokens += len(step.decode)
+        if step.prefill:
+            looked_up = self._batcher.prefix_cache is not None
+            counters.count_prefill(
+                queried=sum(job.prompt_tokens for job in step.admitted) if looked_up else 0,
+                hit=sum(job.cached_tokens for job in step.admitted),
+                computed=step.prefill_tokens,
+            )
 
     def _deliver(self, tokens: list[EngineRequest[Stream]], due_ns: int) -> None:
         """Send each stream the chunk its new token completes; answer finished requests."""

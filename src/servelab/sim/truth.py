@@ -51,6 +51,9 @@ class TruthRecord(BaseModel):
     t_recv_ns: int = Field(description="Handler entered, before the body was read.")
     t_done_ns: int = Field(description="Last byte written, connection aborted, or given up.")
     prompt_tokens: int
+    cached_tokens: int = Field(
+        default=0, description="Prompt tokens the prefix cache supplied when it started."
+    )
     completion_tokens: int = Field(description="Output tokens actually sent.")
     tokens_per_chunk: int
     chunk_sent_ns: list[int] = Field(
