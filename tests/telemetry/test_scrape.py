@@ -250,3 +250,30 @@ def test_a_short_level_gets_enough_scrapes_at_the_default_rate():
     samples, errors = asyncio.run(_scrape_for(1.0))
     assert errors == 0
     assert samples >= 2 * MIN_ENGINE_SAMPLES, samples
+
+
+VLLM_PREFIX_PAGE = """\
+# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 2522.0
+vllm:prefix_cache_queries_created{engine="0",model_name="m"} 1.7963259966259575e+09
+# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 1280.0
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="128",cache_dtype="auto",enable_prefix_caching="True",\
+engine="0",gpu_memory_utilization="0.92",num_gpu_blocks="4096"} 1.0
+"""
+"""Lines of vLLM 0.32's (CPU build) /metrics, as it served them in the suite."""
+
+
+def test_the_prefix_cache_counters_and_vllms_cache_config_are_read():
+    parsed = parse_metrics(VLLM_PREFIX_PAGE)
+    assert parsed.engine == "vllm"
+    assert parsed.value("prefix_queries_total") == 2522.0
+    assert parsed.value("prefix_hits_total") == 1280.0
+    assert parsed.cache_config() == (128, True)
+    off = VLLM_PREFIX_PAGE.replace('enable_prefix_caching="True"', 'enable_prefix_caching="False"')
+    assert parse_metrics(off).cache_config() == (128, False)
+    assert parse_metrics("vllm:num_requests_running 1\n").cache_config() == (None, None)

@@ -10,6 +10,7 @@ every test that needs a live vLLM shares, one tuning study of two trials (two la
 whose run directories the sweep, diagnose and tune tests read (its second trial applies
 diagnose's cap action), one launch that applies kv_capacity's action to check its
 predicted gain, two for the step budget (a planted one and the one its action asks for),
+one for the workloads people run (conversations, trace replay, capacity under an SLO),
 and one launch the teardown test ends itself. Every vLLM serves the
 embedded tiny model (the folder transformers serve runs on) with a 1 GiB KV cache and
 1,024-token sequences:
@@ -23,7 +24,10 @@ embedded tiny model (the folder transformers serve runs on) with a 1 GiB KV cach
 - `vllm_capped_sweep`: that study's default trial, a cap of 2 (`--max-num-seqs 2`).
 - `vllm_kv_rerun`: the KV sweep on a vLLM with kv_capacity's action (its cache in tokens).
 - `vllm_budget_rerun`: 32 batched tokens a step under 768-token prompts, and the same
-  sweep on a vLLM with batch_token_budget's action; both with the prefix cache off.
+  sweep on a vLLM with batch_token_budget's action; both with the prefix cache off, so
+  the second also runs a conversation workload: what a cache that is off hits.
+- `vllm_workloads`: a cap of 4 running requests, 4,096-token sequences and vLLM's
+  default prefix cache: conversations, a Mooncake trace and the capacity search.
 
 Tests that need a real vLLM live under tests/vllm/, where these fixtures are visible.
 
@@ -46,6 +50,7 @@ from typing import Any
 
 import pytest
 
+from servelab.bench.conversation import ConversationSpec, TurnRange
 from servelab.bench.results import BenchSummary
 from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
 from servelab.bench.trial import PROFILE_DIR, engine_info, for_engine, save_engine_events
@@ -69,7 +74,7 @@ VLLM_VENV = Path(os.environ.get("SERVELAB_VLLM_VENV", REPO / ".venv-vllm"))
 VLLM_PYTHON = VLLM_VENV / "bin" / "python"
 VLLM_STAMP = VLLM_VENV / ".vllm-installed"
 
-LAUNCH_BUDGET = 7
+LAUNCH_BUDGET = 8
 """vLLM starts (a model loaded) the whole suite may make."""
 
 STARTUP_TIMEOUT_S = 300.0
@@ -374,7 +379,7 @@ KV_WORKLOAD = WorkloadSpec(input_len=64, output_len=256, range_ratio=0.5)
 32 cannot all run although the cap is 64."""
 
 
-def _sweep_without_pauses(config: BenchConfig, engine: VllmEngine) -> BenchOutcome:
+def sweep_without_pauses(config: BenchConfig, engine: VllmEngine) -> BenchOutcome:
     """A sweep, run once more when its own self-check says the client's event loop stood
     still for over a second, or that its lag was material against what it measured (the
     two-core machine paused every process at once: the engine's log lines were late by
@@ -408,7 +413,7 @@ def _planted_sweep(
     config = dataclasses.replace(
         load, url=engine.url, duration_s=8.0, out=out, name=name, applies=applies
     )
-    return _sweep_without_pauses(config, engine)
+    return sweep_without_pauses(config, engine)
 
 
 KV_LOAD = BenchConfig(
@@ -445,6 +450,8 @@ class Rerun:
     planted: BenchOutcome
     finding: Finding
     applied: BenchOutcome
+    uncached: BenchOutcome | None = None
+    """A conversation workload on the applied engine, whose prefix cache is off."""
 
 
 def _first_action(outcome: BenchOutcome, kind: FindingKind) -> tuple[Finding, str, Any]:
@@ -531,4 +538,42 @@ def vllm_budget_rerun(
         applied = _planted_sweep(
             engine, folder / "applied", "vllm-budget-applied", BUDGET_LOAD, applies
         )
-    return Rerun(planted, finding, applied)
+        uncached = sweep_without_pauses(
+            dataclasses.replace(CONVERSATIONS, url=engine.url, out=folder / "uncached"), engine
+        )
+    return Rerun(planted, finding, applied, uncached)
+
+
+CONVERSATIONS = BenchConfig(
+    url="",
+    name="vllm-conversations",
+    levels=[2.0],
+    num_requests=18,
+    warmup=0,
+    workload=WorkloadSpec(
+        dataset="conversation",
+        input_len=128,
+        output_len=32,
+        shared_prefix_len=512,
+        conversation=ConversationSpec(turns=TurnRange(3, 3)),
+    ),
+)
+"""Two sessions at a time of three turns: a 512-token system prompt, turns of 128 tokens,
+replies of 32; each turn resends the history. In vLLM's CPU blocks of 128 the workload
+can reuse 74% of its prompt tokens (measured by hand: 11,008 of 14,842, and vLLM hit
+exactly those)."""
+WORKLOADS_CAP = 4
+WORKLOADS_MAX_LEN = 4096
+"""Room for the Mooncake fixture's longest prompt (2,092 tokens and its reply)."""
+
+
+@pytest.fixture(scope="session")
+def vllm_workloads(
+    vllm_spec: Callable[..., EngineSpec], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmEngine]:
+    """vLLM with a cap of 4 running requests and its default prefix cache (on)."""
+    spec = vllm_spec(
+        knobs=Knobs(max_model_len=WORKLOADS_MAX_LEN, max_running_requests=WORKLOADS_CAP)
+    )
+    folder = tmp_path_factory.mktemp("vllm-workloads")
+    yield from _start(spec, folder / "engine.log", "vllm_workloads")

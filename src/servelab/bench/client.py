@@ -51,10 +51,12 @@ async def send_request(
     worker: int,
     t_scheduled_ns: int,
     count_tokens: Callable[[str], int] | None = None,
+    reply: list[str] | None = None,
 ) -> RequestRecord:
     """Send `item` to `target` (the endpoint's URL, parsed) and return its record.
 
-    `count_tokens` counts output when usage is absent.
+    `count_tokens` counts output when usage is absent; `reply`, where given, receives the
+    generated text (a conversation sends it back in its next turn).
     """
     body = orjson.dumps(build_body(endpoint, item))
     headers = {
@@ -98,6 +100,8 @@ async def send_request(
     except asyncio.CancelledError:
         state.fail(ErrorKind.CANCELLED, "run interrupted")
     t_end_ns = now_ns()
+    if reply is not None:
+        reply.extend(state.texts)
     return state.to_record(
         index=index,
         level=level,

@@ -58,15 +58,21 @@ class RequestItem:
     max_tokens: int
     input_tokens: int | None = None
     """Prompt tokens, when they could be counted or calibrated."""
+    shared_tokens: int = 0
+    """Leading prompt tokens that repeat the prompt of a request sent before it in this
+    workload: what a prefix cache of unbounded size could hit (before block alignment)."""
+    messages: tuple[tuple[str, str], ...] | None = None
+    """A conversation's history and new turn as (role, content); None for one prompt."""
 
 
 def build_body(endpoint: EndpointConfig, item: RequestItem) -> dict[str, Any]:
     """The JSON body for one request: usage asked for, pinning fields only where accepted."""
     body: dict[str, Any] = {"model": endpoint.model, "max_tokens": item.max_tokens}
+    turns = item.messages if item.messages is not None else (("user", item.prompt),)
     if endpoint.api is Api.CHAT:
-        body["messages"] = [{"role": "user", "content": item.prompt}]
+        body["messages"] = [{"role": role, "content": content} for role, content in turns]
     else:
-        body["prompt"] = item.prompt
+        body["prompt"] = "\n\n".join(content for _, content in turns)
     if endpoint.stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}

@@ -1,7 +1,8 @@
 """Load levels and open-loop arrival schedules.
 
 Open-loop inter-arrival times are gamma distributed with shape `burstiness` and mean
-1/rate (shape 1 is a Poisson process), the convention SGLang and vLLM use. Arrivals are
+1/rate (shape 1 is a Poisson process), the convention SGLang and vLLM use, unless the
+level carries its own arrivals (a trace's timestamps, bench.traces). Arrivals are
 offsets from a level's start and are sent at those absolute times, so a late send
 never delays the ones after it.
 """
@@ -36,6 +37,13 @@ class LevelSpec:
     duration_s: float | None
     warmup: int
     burstiness: float = 1.0
+    arrivals_ns: tuple[int, ...] | None = None
+    """Open loop: planned send times after the level's start (a trace replay's), in place
+    of gamma-distributed ones; `value` is then their mean rate."""
+
+    def __post_init__(self) -> None:
+        if self.arrivals_ns is not None and self.mode is not LoadMode.REQUEST_RATE:
+            raise ValueError("a level with its own arrivals is open loop (LoadMode.REQUEST_RATE)")
 
     @property
     def concurrency(self) -> int | None:
@@ -46,9 +54,17 @@ class LevelSpec:
         return self.value if self.mode is LoadMode.REQUEST_RATE else None
 
     @property
+    def gamma_shape(self) -> float | None:
+        """The burstiness of drawn arrivals; None in closed loop and for a trace's own."""
+        drawn = self.mode is LoadMode.REQUEST_RATE and self.arrivals_ns is None
+        return self.burstiness if drawn else None
+
+    @property
     def label(self) -> str:
         if self.mode is LoadMode.CONCURRENCY:
             return f"concurrency {int(self.value)}"
+        if self.arrivals_ns is not None:
+            return f"trace replay, mean {self.value:.3g}/s"
         return f"rate {self.value:g}/s"
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servelab.bench.load import LevelSpec, LoadMode
+from servelab.bench.load import LevelSpec
 from servelab.bench.records import ErrorKind, OutputTokenSource, RequestRecord
 from servelab.bench.results import ClientStats, InputTokenSource, LevelSummary
 from servelab.core.clock import NS_PER_MS, NS_PER_S
@@ -24,6 +24,7 @@ __all__ = [
     "WorkerStats",
     "compute_level",
     "itl_ns",
+    "slo_values_ms",
 ]
 
 CLIENT_BOUND_P99_LAG_SHARE = 0.10
@@ -90,7 +91,7 @@ def compute_level(
             load_mode=level.mode.value,
             max_concurrency=level.concurrency,
             request_rate=level.rate,
-            burstiness=level.burstiness if level.mode is LoadMode.REQUEST_RATE else None,
+            burstiness=level.gamma_shape,
             num_requests=len(measured),
             warmup_requests=warmups,
             interrupted=interrupted,
@@ -258,24 +259,30 @@ def _single_stream(done: Sequence[RequestRecord], level: LevelSpec) -> float | N
     return float(np.mean(rates)) if rates else None
 
 
+def slo_values_ms(record: RequestRecord) -> dict[str, float | None]:
+    """A completed request's TTFT, TPOT and E2E in ms, by SLO key; None where undefined
+    (TTFT without streaming, TPOT of a one-token reply)."""
+    ttft = _ttft_ns(record)
+    e2e = _e2e_ns(record)
+    return {
+        "ttft": None if ttft is None else ttft / NS_PER_MS,
+        "e2e": e2e / NS_PER_MS,
+        "tpot": (e2e - ttft) / NS_PER_MS / (record.output_tokens - 1)
+        if ttft is not None and record.output_tokens > 1
+        else None,
+    }
+
+
 def _goodput(
     done: Sequence[RequestRecord], attempted: int, duration_s: float, slo_ms: dict | None
 ) -> tuple[float | None, float | None]:
+    """A request is good when it completed and meets every SLO; an unknown value fails."""
     if not slo_ms:
         return None, None
-    """A request is good when it completed and meets every SLO; an unknown value fails."""
     good = 0
     for r in done:
-        ttft = _ttft_ns(r)
-        e2e = _e2e_ns(r)
-        observed = {
-            "ttft": None if ttft is None else ttft / NS_PER_MS,
-            "e2e": e2e / NS_PER_MS,
-            "tpot": (e2e - ttft) / NS_PER_MS / (r.output_tokens - 1)
-            if ttft is not None and r.output_tokens > 1
-            else None,
-        }
-        if all(observed[k] is not None and observed[k] <= v for k, v in slo_ms.items()):
+        observed = slo_values_ms(r)
+        if all((value := observed[k]) is not None and value <= v for k, v in slo_ms.items()):
             good += 1
     rate = good / duration_s if duration_s > 0 else 0.0
     return rate, (good / attempted if attempted else None)

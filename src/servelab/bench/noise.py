@@ -36,15 +36,18 @@ from servelab.bench.results import LevelSummary
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
+    "FAMILY_ALPHA",
     "MIN_BLOCKS",
     "Band",
     "LevelSample",
     "Statistic",
+    "block_resample",
     "level_sample",
     "metric_statistic",
     "no_band_reason",
     "rate_statistic",
     "ratio_band",
+    "relative_drift",
 ]
 
 BOOTSTRAP_RESAMPLES = 1000
@@ -53,6 +56,8 @@ MIN_BLOCKS = 5
 replacement gives 35 distinct resamples, too few for a 95% band."""
 FAMILY_ALPHA = 0.05
 """A family of bands read together misses its true ratio at most this often, all at once."""
+MAX_DRIFT = 0.9
+"""A drift is counted up to this much: past it the halves share nothing to compare."""
 _NS_PER_MS = 1e6
 _NAN = float("nan")
 
@@ -167,7 +172,8 @@ def ratio_band(
     rng = np.random.default_rng(seed)
     ratios = np.array(
         [
-            statistic(b, _resample(b, rng)) / statistic(a, _resample(a, rng))
+            statistic(b, block_resample(b.size, b.block, rng))
+            / statistic(a, block_resample(a.size, a.block, rng))
             for _ in range(BOOTSTRAP_RESAMPLES)
         ]
     )
@@ -195,22 +201,29 @@ def no_band_reason(*samples: LevelSample) -> str | None:
 
 
 def _drift(sample: LevelSample, statistic: Statistic) -> float:
-    """|statistic(second half) / statistic(first half) - 1|, 0 where it is undefined."""
+    """The drift of the statistic between the level's halves (`relative_drift`)."""
     half = sample.size // 2
     if half < 2:
         return 0.0
     first = statistic(sample, np.arange(half))
     second = statistic(sample, np.arange(half, sample.size))
+    return relative_drift(first, second)
+
+
+def relative_drift(first: float, second: float) -> float:
+    """|second / first - 1| of a statistic on a level's first and second halves, at most
+    MAX_DRIFT; 0 where it is undefined."""
     drift = abs(second / first - 1) if first else 0.0
-    return float(min(drift, 0.9)) if np.isfinite(drift) else 0.0
+    return float(min(drift, MAX_DRIFT)) if np.isfinite(drift) else 0.0
 
 
-def _resample(sample: LevelSample, rng: np.random.Generator) -> np.ndarray:
-    """Indices of a resample: whole blocks of consecutive sends, drawn with replacement."""
-    n, size = sample.size, sample.block
-    starts = np.arange(0, n, size)
+def block_resample(size: int, block: int, rng: np.random.Generator) -> np.ndarray:
+    """Indices of a resample of `size` requests in send order: whole blocks of `block`
+    consecutive sends, drawn with replacement."""
+    starts = np.arange(0, size, block)
     chosen = rng.choice(starts, size=len(starts), replace=True)
-    return np.concatenate([np.arange(s, min(s + size, n)) for s in chosen])
+    indices = (chosen[:, None] + np.arange(block)[None, :]).ravel()
+    return indices[indices < size]  # the last block may be short
 
 
 def rate_statistic(field: str) -> Statistic:

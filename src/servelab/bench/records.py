@@ -72,6 +72,12 @@ class RequestRecord:
     """Time spent opening a new connection for this request; 0 when one was reused."""
     input_tokens_target: int | None = None
     """Prompt tokens the workload asked for (counted locally or calibrated)."""
+    session: int | None = None
+    """A conversation's session number; None outside conversations."""
+    turn: int | None = None
+    """The turn of that session, from 0."""
+    shared_tokens: int = 0
+    """Leading prompt tokens repeating an earlier request's prompt (the workload's own count)."""
     chunk_offsets_ns: list[int] = field(default_factory=list)
     """Arrival of each chunk carrying generated text, relative to t_send_ns."""
     chunk_tokens: list[int] | None = None

@@ -97,6 +97,7 @@ class ResponseState:
             ok=self.error_kind is None,
             max_tokens=item.max_tokens,
             input_tokens_target=item.input_tokens,
+            shared_tokens=item.shared_tokens,
             chunk_offsets_ns=self.chunk_offsets_ns,
             chunk_tokens=split_tokens_over_chunks(output_tokens, self.chunk_chars),
             chunk_tokens_estimated=chunks > 0 and output_tokens != chunks,

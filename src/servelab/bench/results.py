@@ -11,6 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servelab.bench.capacity_results import CapacityResult
+from servelab.bench.prefix import PrefixCacheLevel
+from servelab.bench.turns import TurnStats
 from servelab.engines.server_info import ServerInfo
 from servelab.telemetry.process_cpu import EngineCpu
 from servelab.telemetry.summary import LevelTelemetry
@@ -208,6 +211,17 @@ class LevelSummary(BaseModel):
         "engine's /metrics (running, queued, KV usage) over the level, on the bench clock; "
         "None when neither was sampled.",
     )
+    prefix_cache: PrefixCacheLevel | None = Field(
+        default=None,
+        description="The prefix cache over the level: the workload's ideal hit rate (its "
+        "repeated prefixes in whole blocks) and the engine's measured one (its counters' "
+        "growth over the level). None when no request completed.",
+    )
+    turns: list[TurnStats] | None = Field(
+        default=None,
+        description="A conversation level's statistics by turn index (TTFT of turn 5 "
+        "against turn 1 is what the prefix cache changes). None outside conversations.",
+    )
     engine_cpu: EngineCpu | None = Field(
         default=None,
         description="Cores the launched engine's processes kept busy during the level; None "
@@ -216,7 +230,7 @@ class LevelSummary(BaseModel):
     notes: list[str] = Field(default_factory=list, description="Caveats about this level.")
 
 
-StopReason = Literal["knee", "errors", "slo", "kv", "max", "levels", "behind"]
+StopReason = Literal["knee", "errors", "slo", "kv", "max", "levels", "behind", "capacity"]
 
 
 class SweepStop(BaseModel):
@@ -225,8 +239,9 @@ class SweepStop(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: StopReason = Field(
-        description="knee, errors, slo, kv, max, levels (all run), or behind (a tuning trial "
-        "stopped early, below the best trial so far)."
+        description="knee, errors, slo, kv, max, levels (all run), behind (a tuning trial "
+        "stopped early, below the best trial so far), or capacity (the capacity search has "
+        "its answer)."
     )
     level: int | None = Field(description="The level that ended it; None when all ran.")
     explanation: str
@@ -276,4 +291,9 @@ class BenchSummary(BaseModel):
     )
     sweep_stop: SweepStop | None = Field(
         default=None, description="Why the sweep ended where it did (run's stop rules)."
+    )
+    capacity: CapacityResult | None = Field(
+        default=None,
+        description="`run --capacity`: the highest load that meets the SLO, and the search's "
+        "levels with their verdicts; None for other sweeps.",
     )

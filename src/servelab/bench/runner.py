@@ -1,6 +1,7 @@
 """Runs one load level on a pool of worker processes and collects its records.
 
-Concurrency is split evenly over the workers and an open-loop schedule round-robin;
+Concurrency is split evenly over the workers and an open-loop schedule (drawn, or a
+trace's own arrivals) round-robin;
 workers start together at an absolute time on the shared monotonic clock, set once every
 worker has acknowledged its phase. Records are
 handed to `on_records` as they arrive, so they can be written before the level ends.
@@ -13,6 +14,7 @@ import math
 import multiprocessing as mp
 import os
 import queue
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from servelab.bench.conversation import Conversation
 from servelab.bench.endpoint import EndpointConfig, RequestItem
 from servelab.bench.events import BenchEvent, LevelProgress, LevelStarted
 from servelab.bench.load import LevelSpec, LoadMode, arrival_offsets_ns
@@ -27,7 +30,7 @@ from servelab.bench.metrics import WorkerStats
 from servelab.bench.records import RequestRecord
 from servelab.bench.worker import EXIT, STOP, Phase, Start, worker_main
 from servelab.core.clock import NS_PER_S, now_ns
-from servelab.core.errors import ServelabError
+from servelab.core.errors import ConfigError, ServelabError
 
 __all__ = [
     "STREAMS_PER_WORKER",
@@ -56,12 +59,23 @@ class LevelOutcome:
 
 
 def default_workers(level: LevelSpec) -> int:
-    """One worker per 256 streams (closed loop) or 64 requests/s (open loop), one per CPU."""
+    """One worker per 256 streams (closed loop) or 64 requests/s (open loop), one per CPU.
+
+    A trace's rate is its busiest second's, not its mean: a burst is what a worker must
+    keep up with.
+    """
     if level.mode is LoadMode.CONCURRENCY:
         wanted = math.ceil(level.value / STREAMS_PER_WORKER)
+    elif level.arrivals_ns is not None:
+        wanted = math.ceil(_busiest_second(level.arrivals_ns) / RATE_PER_WORKER)
     else:
         wanted = math.ceil(level.value / RATE_PER_WORKER)
     return max(1, min(os.cpu_count() or 1, wanted))
+
+
+def _busiest_second(arrivals_ns: Sequence[int]) -> int:
+    """The most arrivals in any one-second bucket counted from the first."""
+    return max(Counter(t // NS_PER_S for t in arrivals_ns).values(), default=0)
 
 
 def run_level(
@@ -75,11 +89,19 @@ def run_level(
     on_records: Callable[[list[RequestRecord]], None],
     on_event: Callable[[BenchEvent], None],
     stop_when: Callable[[], str | None] | None = None,
+    sessions: Sequence[Conversation] | None = None,
 ) -> LevelOutcome:
     """Run the level's warm-up then its measured requests; never raises on Ctrl-C.
 
     `stop_when`, polled every 100 ms, ends the level early when it returns a reason.
+    `sessions`, in a closed loop, replace `items`: each slot runs one conversation after
+    another.
     """
+    if sessions is not None and level.mode is not LoadMode.CONCURRENCY:
+        raise ConfigError(
+            "conversations run in a closed loop: a session is the unit of concurrency",
+            hint="use --concurrency with --dataset conversation or --multi-turn",
+        )
     count = workers or default_workers(level)
     if level.mode is LoadMode.CONCURRENCY:
         count = min(count, int(level.value))
@@ -94,9 +116,13 @@ def run_level(
             collector.warmup = False
         if collector.interrupted or collector.stopped:
             return collector.outcome([])
-        total = None if level.duration_s is not None else len(items)
+        total = None if level.duration_s is not None or sessions else len(items)
         on_event(LevelStarted(level, total, level.duration_s, count, warmup=False))
-        stats = pool.run(_measured_phases(level, items, count, seed), collector)
+        if sessions is not None:
+            measured = _session_phases(level, sessions, count)
+        else:
+            measured = _measured_phases(level, items, count, seed)
+        stats = pool.run(measured, collector)
     return collector.outcome(stats)
 
 
@@ -125,13 +151,7 @@ def _measured_phases(
         return _closed_phases(
             level, items, workers, int(level.value), warmup=False, duration_ns=duration
         )
-    offsets = arrival_offsets_ns(
-        level.value,
-        burstiness=level.burstiness,
-        seed=seed + level.index,
-        count=None if level.duration_s is not None else len(items),
-        duration_s=level.duration_s,
-    )
+    offsets = _arrivals_ns(level, len(items), seed)
     phases = []
     for w in range(workers):
         mine = range(w, len(offsets), workers)
@@ -145,6 +165,19 @@ def _measured_phases(
             )
         )
     return phases
+
+
+def _arrivals_ns(level: LevelSpec, count: int, seed: int) -> Sequence[int]:
+    """The level's own arrivals (a trace's), else a gamma draw of `count` or its duration."""
+    if level.arrivals_ns is not None:
+        return level.arrivals_ns
+    return arrival_offsets_ns(
+        level.value,
+        burstiness=level.burstiness,
+        seed=seed + level.index,
+        count=None if level.duration_s is not None else count,
+        duration_s=level.duration_s,
+    )
 
 
 def _closed_phases(
@@ -166,6 +199,28 @@ def _closed_phases(
             concurrency=slots[w],
             duration_ns=duration_ns,
             index_stride=len(items),
+        )
+        for w, share in enumerate(shares)
+    ]
+
+
+def _session_phases(
+    level: LevelSpec, sessions: Sequence[Conversation], workers: int
+) -> list[Phase]:
+    """Sessions dealt to the slots as items are; a session stays on one worker."""
+    concurrency = int(level.value)
+    duration = None if level.duration_s is None else int(level.duration_s * NS_PER_S)
+    shares = _deal(len(sessions), concurrency, workers)
+    slots = _split(concurrency, workers)
+    return [
+        Phase(
+            level=level.index,
+            warmup=False,
+            items=[],
+            concurrency=slots[w],
+            duration_ns=duration,
+            index_stride=len(sessions),
+            conversations=[(i, sessions[i]) for i in share],
         )
         for w, share in enumerate(shares)
     ]

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from servelab import __version__
+from servelab.bench.capacity import CapacityPlan, CapacitySearch
+from servelab.bench.conversation import Conversation
 from servelab.bench.endpoint import (
     DEFAULT_STALL_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
@@ -25,6 +27,7 @@ from servelab.bench.events import BenchEvent, LevelFinished, LevelStarted, Notic
 from servelab.bench.load import LevelSpec, LoadMode
 from servelab.bench.metrics import compute_level
 from servelab.bench.noise import MIN_BLOCKS
+from servelab.bench.prefix import block_tokens_from, prefix_cache_level
 from servelab.bench.preflight import Preflight, run_preflight
 from servelab.bench.profile import ProfilePlan, ProfileWindow
 from servelab.bench.profile_summary import PROFILE_FILE, TRACE_SUMMARY_FILE, summarize_profile
@@ -33,7 +36,8 @@ from servelab.bench.results import BenchSummary, LevelSummary, RunInfo, RunStatu
 from servelab.bench.runner import run_level
 from servelab.bench.sweep import SweepPlan, SweepStop, next_level
 from servelab.bench.tokens import ServerTokenizer, TokenCounter
-from servelab.bench.workload import WorkloadSpec, build_requests
+from servelab.bench.turns import turn_stats
+from servelab.bench.workload import SentPrompts, WorkloadSpec, build_requests, build_sessions
 from servelab.core.errors import EngineDied, Interrupted
 from servelab.core.processes import describe_exit
 from servelab.core.provenance import git_sha, host_facts, versions
@@ -98,6 +102,8 @@ class BenchConfig:
     """Profile this level with the engine's torch profiler (bench.profile)."""
     applies: str | None = None
     """RUN_DIR:KIND: the finding whose action this run tries (diagnose.check)."""
+    capacity: CapacityPlan | None = None
+    """Search the highest load that meets its SLO (bench.capacity), in place of `levels`."""
     stop_early: Callable[[Sequence[LevelSummary]], SweepStop | None] | None = None
     """Asked after every level: a SweepStop ends the sweep there (a tuning trial that is
     already far behind the best one)."""
@@ -153,7 +159,9 @@ class _Session:
         """The launched engine's exit code once it has exited, else None (None: not ours)."""
         self.levels: list[LevelSummary] = []
         self.stop: SweepStop | None = None
+        self.capacity = CapacitySearch(config.capacity) if config.capacity is not None else None
         self.telemetry: TelemetrySession | None = None
+        self.sent = SentPrompts()
 
     def run(self, run_dir: RunDir | None) -> BenchOutcome:
         config = self.config
@@ -241,16 +249,18 @@ class _Session:
             if stop is not None:
                 self.stop = stop
                 return None
-        if c.sweep is not None:
+        if self.capacity is not None:
+            choice = self._capacity_next()
+        elif c.sweep is not None:
             choice = next_level(c.sweep, self.levels)
-            if isinstance(choice, SweepStop):
-                self.stop = choice
-                return None
-            value = float(choice)
         elif index < len(c.levels):
-            value = c.levels[index]
+            choice = c.levels[index]
         else:
             return None
+        if isinstance(choice, SweepStop):
+            self.stop = choice
+            return None
+        value = float(choice)
         return LevelSpec(
             index=index,
             mode=c.mode,
@@ -259,9 +269,22 @@ class _Session:
             duration_s=c.duration_s,
             warmup=c.warmup,
             burstiness=c.burstiness,
+            arrivals_ns=c.workload.replay.arrivals_ns if c.workload.replay else None,
         )
 
+    def _capacity_next(self) -> float | SweepStop:
+        """The capacity search's next load, announced with why it was chosen."""
+        assert self.capacity is not None
+        choice = self.capacity.next_load()
+        if isinstance(choice, SweepStop):
+            return choice
+        load, why = choice
+        self.on_event(Notice(why))
+        return load
+
     def _pool_size(self, spec: LevelSpec) -> int:
+        if spec.arrivals_ns is not None:
+            return len(spec.arrivals_ns)
         if spec.duration_s is None:
             return spec.num_requests or default_num_requests(spec)
         if spec.mode is LoadMode.CONCURRENCY:
@@ -290,6 +313,9 @@ class _Session:
             if spec.warmup
             else []
         )
+        warmup_items = self.sent.mark(warmup_items)  # sent before the measured ones
+        items = self.sent.mark(items)
+        sessions = self._sessions(spec, preflight, counter)
 
         def save_records(batch: list[RequestRecord]) -> None:
             if self._engine_exit_code() is not None:
@@ -313,6 +339,7 @@ class _Session:
             on_records=save_records,
             on_event=on_event,
             stop_when=self._engine_gone if self.engine_exit else None,
+            sessions=sessions,
         )
         if self._engine_exit_code() is not None:
             _blame_the_engine(outcome.records)
@@ -324,11 +351,34 @@ class _Session:
             interrupted=outcome.interrupted,
             notes=_level_notes(outcome.records),
         )
+        if self.capacity is not None and not outcome.interrupted:
+            judged = self.capacity.measured(summary, outcome.records)
+            self.on_event(Notice(self.capacity.level_text(judged)))
         if window is not None:
             summary = self._profiled(summary, window)
         if meter is not None:
             summary = summary.model_copy(update={"engine_cpu": meter.stop()})
-        return self._with_telemetry(summary, outcome.records)
+        summary = self._with_telemetry(summary, outcome.records)
+        summary = summary.model_copy(update={"turns": turn_stats(outcome.records)})
+        pool = None if sessions is not None else len(items)
+        return self._with_prefix_cache(summary, outcome.records, pool=pool)
+
+    def _sessions(
+        self, spec: LevelSpec, preflight: Preflight, counter: TokenCounter | None
+    ) -> list[Conversation] | None:
+        """A conversation workload's sessions for the level: as many as hold the level's
+        pool of requests at the mean turns per session; None for other workloads."""
+        conversation = self.config.workload.conversation
+        if conversation is None:
+            return None
+        turns = (conversation.turns.low + conversation.turns.high) / 2
+        return build_sessions(
+            self.config.workload,
+            max(1, math.ceil(self._pool_size(spec) / turns)),
+            counter=counter,
+            calibration=preflight.calibration,
+            salt=spec.index,
+        )
 
     def _engine_cpu_meter(self) -> EngineCpuMeter | None:
         """A launched engine leads its own POSIX session: its pid is the session's id."""
@@ -369,6 +419,19 @@ class _Session:
         )
         return summary.model_copy(update={"telemetry": window})
 
+    def _with_prefix_cache(
+        self, summary: LevelSummary, records: list[RequestRecord], *, pool: int | None
+    ) -> LevelSummary:
+        """The level's ideal prefix-cache hit rate, beside the engine's where it counts."""
+        engine = summary.telemetry.engine if summary.telemetry is not None else None
+        info = self.engine_info or {}
+        name = info.get("engine") or (engine.engine if engine is not None else None)
+        block, source = block_tokens_from(
+            name, info.get("command"), engine.block_tokens if engine is not None else None
+        )
+        level = prefix_cache_level(records, engine, block, source, pool=pool)
+        return summary.model_copy(update={"prefix_cache": level})
+
     def _run_info(self, preflight: Preflight, counter: TokenCounter | None) -> RunInfo:
         c = self.config
         e = preflight.endpoint
@@ -396,12 +459,13 @@ class _Session:
             workload=workload,
             load={
                 "mode": c.mode.value,
-                "levels": list(c.levels) if c.sweep is None else None,
+                "levels": list(c.levels) if c.sweep is None and c.capacity is None else None,
                 "sweep": c.sweep.describe() if c.sweep is not None else None,
+                "capacity": c.capacity.describe() if c.capacity is not None else None,
                 "num_requests": c.num_requests,
                 "duration_s": c.duration_s,
                 "warmup": c.warmup,
-                "burstiness": c.burstiness if c.mode is LoadMode.REQUEST_RATE else None,
+                "burstiness": c.burstiness if _drawn_arrivals(c) else None,
                 "timeout_s": c.timeout_s,
                 "stall_timeout_s": c.stall_timeout_s,
                 "workers": c.workers,
@@ -433,6 +497,7 @@ class _Session:
             engine=self.engine_info,
             failure=failure,
             sweep_stop=self.stop,
+            capacity=self.capacity.result() if self.capacity is not None else None,
         )
         self.run_dir.write_summary(summary)
         best = max(self.levels, key=lambda s: s.output_throughput, default=None)
@@ -495,6 +560,11 @@ def _register_header_secrets(headers: dict[str, str]) -> None:
             scheme, _, credential = value.partition(" ")
             if credential and scheme.lower() in ("bearer", "basic", "token"):
                 register_secret(credential.strip())
+
+
+def _drawn_arrivals(config: BenchConfig) -> bool:
+    """Open loop with gamma-distributed arrivals, not a trace's own."""
+    return config.mode is LoadMode.REQUEST_RATE and config.workload.replay is None
 
 
 def _level_notes(records: list[RequestRecord]) -> list[str]:

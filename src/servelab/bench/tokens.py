@@ -23,6 +23,7 @@ __all__ = [
     "ServerTokenizer",
     "TokenCounter",
     "check_tokenizer",
+    "count_texts",
     "load_local_tokenizer",
 ]
 
@@ -127,3 +128,14 @@ class ServerTokenizer:
         if "count" in data:
             return int(data["count"])
         return len(data["tokens"])
+
+
+def count_texts(
+    texts: list[str], counter: TokenCounter | None, calibration: Calibration | None
+) -> list[int | None]:
+    """Tokens of each text: counted exactly, else estimated from the calibration, else None."""
+    if counter is not None:
+        return list(counter.count_batch(texts))
+    if calibration is not None:
+        return [round(len(t.split()) * calibration.tokens_per_word) for t in texts]
+    return [None] * len(texts)

@@ -132,6 +132,8 @@ def _peak_concurrency(config: BenchConfig) -> int | None:
     """The most requests the load holds at once; None: open loop, or the default sweep cap."""
     if config.mode is not LoadMode.CONCURRENCY:
         return None
+    if config.capacity is not None:
+        return int(config.capacity.max_load)
     sweep = config.sweep
     if sweep is None:
         return max(1, int(max(config.levels)))

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from servelab.bench.client import send_request
+from servelab.bench.conversation import MAX_TURNS, Conversation, History, next_request
 from servelab.bench.endpoint import EndpointConfig, RequestItem
 from servelab.bench.metrics import WorkerStats
 from servelab.bench.records import RequestRecord
@@ -58,6 +59,9 @@ class Phase:
     """Duration mode: no request starts this long after the start; items are reused."""
     index_stride: int = 1
     """Duration mode, closed loop: the k-th request is items[k % n], index + (k // n) * stride."""
+    conversations: list[tuple[int, Conversation]] | None = None
+    """Closed loop over sessions instead of `items`: (position, session) in sending order; a
+    session's requests are numbered position x MAX_TURNS + turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,9 +192,73 @@ class _Worker:
         self.busy.completed()
         self.pending.append(record)
 
+    async def _session(
+        self, phase: Phase, position: int, conversation: Conversation, deadline_ns: int | None
+    ) -> None:
+        """Every turn of one session in order, each sent when the previous reply is in and
+        the turn's think time has passed; a failed turn ends the session, and so does the
+        level's end (no request starts after it)."""
+        history = History.start(conversation)
+        for k, turn in enumerate(conversation.turns):
+            if turn.think_s > 0:
+                await _sleep_until(now_ns() + int(turn.think_s * NS_PER_S), self.stop)
+            if self.stop.is_set() or (deadline_ns is not None and now_ns() >= deadline_ns):
+                return
+            first = phase.level == 0 and conversation.session == 0 and k == 0
+            item = next_request(history, k, first_of_run=first)
+            reply: list[str] = []
+            self.busy.sent()
+            record = await send_request(
+                self.pool,
+                self.target,
+                self.endpoint,
+                item,
+                index=position * MAX_TURNS + k,
+                level=phase.level,
+                warmup=phase.warmup,
+                worker=self.worker,
+                t_scheduled_ns=now_ns(),
+                count_tokens=self.count_tokens,
+                reply=reply,
+            )
+            self.busy.completed()
+            record.session, record.turn = conversation.session, k
+            self.pending.append(record)
+            if not record.ok:
+                return
+            prompt = record.prompt_tokens or record.input_tokens_target or 0
+            history.add_reply(turn, "".join(reply), prompt, record.output_tokens)
+
+    async def _sessions(
+        self, phase: Phase, deadline_ns: int | None, tasks: set[asyncio.Task[None]]
+    ) -> None:
+        """Closed loop over sessions: each slot runs one session after another."""
+        sessions = phase.conversations or []
+        next_k = 0
+
+        async def slot() -> None:
+            nonlocal next_k
+            while not self.stop.is_set() and sessions:
+                if deadline_ns is not None and now_ns() >= deadline_ns:
+                    return
+                k = next_k
+                if deadline_ns is None and k >= len(sessions):
+                    return
+                next_k += 1
+                position, conversation = sessions[k % len(sessions)]
+                position += (k // len(sessions)) * phase.index_stride
+                await self._session(phase, position, conversation, deadline_ns)
+
+        for _ in range(phase.concurrency or 1):
+            tasks.add(asyncio.create_task(slot()))
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def _closed_loop(
         self, phase: Phase, deadline_ns: int | None, tasks: set[asyncio.Task[None]]
     ) -> None:
+        if phase.conversations is not None:
+            await self._sessions(phase, deadline_ns, tasks)
+            return
         items = phase.items
         next_k = 0
 

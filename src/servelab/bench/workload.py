@@ -6,20 +6,38 @@
 - `fixed`: one prompt, repeated (the single-stream test).
 - `sharegpt:PATH`: the first human turn of each conversation of a local ShareGPT-format
   JSON, with the reply's length as the output length.
+- `conversation` (and `sharegpt:PATH` with `--multi-turn`): sessions of several turns,
+  each resending the history (bench.conversation); a session is the unit of concurrency.
+- `trace:PATH`: a Mooncake or BurstGPT trace's window (bench.traces), sent at its
+  timestamps; its prompts are made by bench.trace_prompts.
+
+Every request says how many of its leading tokens repeat an earlier request's prompt
+(`shared_tokens`): what an unbounded prefix cache could hit. Within one build the dataset
+knows (a random prompt's shared prefix, a trace's blocks, a repeated prompt); across the
+builds of a run (warm-up, later levels) `SentPrompts` finds the prompts sent again whole.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from servelab.bench.conversation import (
+    Conversation,
+    ConversationSpec,
+    History,
+    build_conversations,
+    next_request,
+)
 from servelab.bench.endpoint import RequestItem
-from servelab.bench.tokens import Calibration, LocalTokenizer, TokenCounter
-from servelab.bench.words import COMMON_WORDS
+from servelab.bench.prompts import PromptBuilder, word_pool
+from servelab.bench.tokens import Calibration, TokenCounter, count_texts
+from servelab.bench.trace_prompts import trace_requests
+from servelab.bench.traces import Replay
 from servelab.core.errors import ConfigError
 
 __all__ = [
@@ -27,8 +45,10 @@ __all__ = [
     "DEFAULT_FIXED_PROMPT",
     "DEFAULT_INPUT_LEN",
     "DEFAULT_OUTPUT_LEN",
+    "SentPrompts",
     "WorkloadSpec",
     "build_requests",
+    "build_sessions",
     "parse_dataset",
 ]
 
@@ -36,8 +56,8 @@ DEFAULT_INPUT_LEN = 256
 DEFAULT_OUTPUT_LEN = 128
 DEFAULT_FIXED_OUTPUT_LEN = 512
 DEFAULT_FIXED_PROMPT = "Explain quantum entanglement in detail."
-_FIX_ROUNDS = 8
 _MIN_SHAREGPT_TOKENS = 2
+_DATASETS_HINT = "use random, fixed, conversation, sharegpt:PATH or trace:PATH"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +72,13 @@ class WorkloadSpec:
     shared_prefix_len: int = 0
     seed: int = 0
     prompt: str = DEFAULT_FIXED_PROMPT
+    replay: Replay | None = None
+    """trace: the window to replay and its planned send times (bench.traces.load_replay)."""
+    conversation: ConversationSpec | None = None
+    """Sessions of turns (the `conversation` dataset, or ShareGPT's with --multi-turn)."""
 
     def describe(self) -> dict[str, str | int | float | None]:
-        return {
+        described: dict[str, str | int | float | None] = {
             "dataset": self.dataset if self.path is None else f"{self.dataset}:{self.path}",
             "input_len": self.input_len if self.dataset == "random" else None,
             "output_len": self.output_len,
@@ -63,21 +87,28 @@ class WorkloadSpec:
             "seed": self.seed,
             "prompt": self.prompt if self.dataset == "fixed" else None,
         }
+        if self.replay is not None:
+            described.update(self.replay.describe())
+        if self.conversation is not None:
+            described.update(self.conversation.describe())
+            described["input_len"] = self.input_len if self.path is None else None
+        return described
 
 
 def parse_dataset(text: str) -> tuple[str, Path | None]:
-    """'random' | 'fixed' | 'sharegpt:PATH' -> (name, path)."""
+    """'random' | 'fixed' | 'sharegpt:PATH' | 'trace:PATH' -> (name, path)."""
     name, _, path = text.partition(":")
-    if name in ("random", "fixed") and not path:
+    if name in ("random", "fixed", "conversation") and not path:
         return name, None
-    if name == "sharegpt":
+    if name in ("sharegpt", "trace"):
         if not path:
-            raise ConfigError("sharegpt needs a file", hint="--dataset sharegpt:PATH/TO/FILE.json")
+            raise ConfigError(f"{name} needs a file", hint=f"--dataset {name}:PATH/TO/FILE")
         file = Path(path).expanduser()
         if not file.is_file():
-            raise ConfigError(f"ShareGPT file {file} does not exist")
+            what = "ShareGPT" if name == "sharegpt" else "trace"
+            raise ConfigError(f"{what} file {file} does not exist")
         return name, file
-    raise ConfigError(f"unknown dataset {text!r}", hint="use random, fixed or sharegpt:PATH")
+    raise ConfigError(f"unknown dataset {text!r}", hint=_DATASETS_HINT)
 
 
 def build_requests(
@@ -90,11 +121,76 @@ def build_requests(
 ) -> list[RequestItem]:
     """`count` requests for `spec`; `salt` varies the draw between levels of a sweep."""
     rng = np.random.default_rng([spec.seed, salt])
+    if spec.conversation is not None:
+        return [
+            next_request(History.start(session), 0, first_of_run=False)
+            for session in build_sessions(
+                spec, count, counter=counter, calibration=calibration, salt=salt
+            )
+        ]
     if spec.dataset == "fixed":
         return _fixed(spec, count, counter, calibration)
     if spec.dataset == "sharegpt":
         return _sharegpt(spec, count, rng, counter, calibration)
+    if spec.dataset == "trace":
+        if spec.replay is None:
+            raise ConfigError("a trace workload needs its replay (bench.traces.load_replay)")
+        return trace_requests(
+            spec.replay.trace,
+            count,
+            seed=spec.seed,
+            salt=salt,
+            counter=counter,
+            calibration=calibration,
+        )
     return _random(spec, count, rng, counter, calibration)
+
+
+def build_sessions(
+    spec: WorkloadSpec,
+    count: int,
+    *,
+    counter: TokenCounter | None,
+    calibration: Calibration | None,
+    salt: int = 0,
+) -> list[Conversation]:
+    """`count` conversations for a workload of sessions (`spec.conversation` set)."""
+    if spec.conversation is None:
+        raise ConfigError(f"the {spec.dataset} dataset has no sessions")
+    return build_conversations(
+        spec.conversation,
+        count,
+        input_len=spec.input_len,
+        output_len=spec.output_len or DEFAULT_OUTPUT_LEN,
+        range_ratio=spec.range_ratio,
+        system_len=spec.shared_prefix_len,
+        sharegpt=spec.path if spec.dataset == "sharegpt" else None,
+        seed=spec.seed,
+        salt=salt,
+        counter=counter,
+        calibration=calibration,
+    )
+
+
+class SentPrompts:
+    """The prompts of a run so far: one sent again shares all its tokens with the first.
+
+    Kept as hashes of the text, so a long sweep does not keep every prompt alive.
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[int] = set()
+
+    def mark(self, items: list[RequestItem]) -> list[RequestItem]:
+        """`items`, in sending order, with a prompt seen before counted as shared whole."""
+        marked = []
+        for item in items:
+            key = hash(item.prompt)
+            if key in self._seen and item.input_tokens is not None:
+                item = replace(item, shared_tokens=item.input_tokens)
+            self._seen.add(key)
+            marked.append(item)
+        return marked
 
 
 def _lengths(rng: np.random.Generator, length: int, ratio: float, count: int) -> list[int]:
@@ -117,13 +213,14 @@ def _random(
             f"{min(inputs)}-token prompt",
             hint="keep it below input-len x range-ratio",
         )
-    words, openers = _word_pool(counter)
-    builder = _PromptBuilder(words, openers, rng, counter, calibration)
+    builder = PromptBuilder(word_pool(counter), rng, counter, calibration)
     prefix = builder.exact([spec.shared_prefix_len])[0] if spec.shared_prefix_len else None
     prompts = builder.exact(inputs, prefix=prefix)
+    # The prefix is drawn anew with each build's salt: only this build's later prompts share it.
+    shared = 0 if prefix is None else (prefix[1] or spec.shared_prefix_len)
     return [
-        RequestItem(prompt=text, max_tokens=out, input_tokens=n)
-        for (text, n), out in zip(prompts, outputs, strict=True)
+        RequestItem(prompt=text, max_tokens=out, input_tokens=n, shared_tokens=shared if i else 0)
+        for i, ((text, n), out) in enumerate(zip(prompts, outputs, strict=True))
     ]
 
 
@@ -133,9 +230,11 @@ def _fixed(
     counter: TokenCounter | None,
     calibration: Calibration | None,
 ) -> list[RequestItem]:
-    tokens = _count_one(spec.prompt, counter, calibration)
+    tokens = count_texts([spec.prompt], counter, calibration)[0]
     out = spec.output_len or DEFAULT_FIXED_OUTPUT_LEN
-    return [RequestItem(prompt=spec.prompt, max_tokens=out, input_tokens=tokens)] * count
+    return SentPrompts().mark(
+        [RequestItem(prompt=spec.prompt, max_tokens=out, input_tokens=tokens)] * count
+    )
 
 
 def _sharegpt(
@@ -151,8 +250,8 @@ def _sharegpt(
     items: list[RequestItem] = []
     for start in range(0, len(order), max(count, 64)):
         batch = [pairs[i] for i in order[start : start + max(count, 64)]]
-        prompt_lens = _count_many([p for p, _ in batch], counter, calibration)
-        reply_lens = _count_many([r for _, r in batch], counter, calibration)
+        prompt_lens = count_texts([p for p, _ in batch], counter, calibration)
+        reply_lens = count_texts([r for _, r in batch], counter, calibration)
         for (prompt, _), n_in, n_out in zip(batch, prompt_lens, reply_lens, strict=True):
             if (n_in or 0) < _MIN_SHAREGPT_TOKENS or (n_out or 0) < _MIN_SHAREGPT_TOKENS:
                 continue
@@ -162,7 +261,7 @@ def _sharegpt(
             break
     if not items:
         raise ConfigError(f"no usable conversation in {spec.path}")
-    return [items[i % len(items)] for i in range(count)]
+    return SentPrompts().mark([items[i % len(items)] for i in range(count)])
 
 
 def _load_sharegpt(path: Path) -> list[tuple[str, str]]:
@@ -188,98 +287,3 @@ def _load_sharegpt(path: Path) -> list[tuple[str, str]]:
     if not pairs:
         raise ConfigError(f"{path} holds no conversation with a prompt and a reply")
     return pairs
-
-
-def _count_one(
-    text: str, counter: TokenCounter | None, calibration: Calibration | None
-) -> int | None:
-    return _count_many([text], counter, calibration)[0]
-
-
-def _count_many(
-    texts: list[str], counter: TokenCounter | None, calibration: Calibration | None
-) -> list[int | None]:
-    if counter is not None:
-        return list(counter.count_batch(texts))
-    if calibration is not None:
-        return [round(len(t.split()) * calibration.tokens_per_word) for t in texts]
-    return [None] * len(texts)
-
-
-def _word_pool(counter: TokenCounter | None) -> tuple[list[str], list[str]]:
-    """Words that are one token each after a space, and those also one token at the start.
-
-    A prompt opens with a word of the second kind, so the prompt tokenizes the same alone
-    and after a chat template's "user " (the template's overhead stays constant).
-    """
-    if isinstance(counter, LocalTokenizer):
-        words = _single_token_words(counter)
-        if len(words) >= 64:
-            alone = counter.count_batch(words)
-            openers = [w for w, n in zip(words, alone, strict=True) if n == 1]
-            return words, openers or words
-    return list(COMMON_WORDS), list(COMMON_WORDS)
-
-
-def _single_token_words(tokenizer: LocalTokenizer) -> list[str]:
-    candidates = sorted({tokenizer.decode([i]).strip() for i in tokenizer.vocabulary().values()})
-    words = [w for w in candidates if w.isalpha() and w.isascii() and 2 <= len(w) <= 12]
-    counts = tokenizer.count_batch([" " + w for w in words])
-    return [w for w, n in zip(words, counts, strict=True) if n == 1]
-
-
-class _PromptBuilder:
-    """Random word prompts, adjusted until the counter agrees with the target length."""
-
-    def __init__(
-        self,
-        words: list[str],
-        openers: list[str],
-        rng: np.random.Generator,
-        counter: TokenCounter | None,
-        calibration: Calibration | None,
-    ) -> None:
-        self.words = words
-        self.openers = openers
-        self.rng = rng
-        self.counter = counter
-        self.calibration = calibration
-        self.per_word = calibration.tokens_per_word if calibration else 1.0
-
-    def _draw(self, n: int) -> list[str]:
-        return [self.words[i] for i in self.rng.integers(0, len(self.words), size=max(n, 0))]
-
-    def _opening(self, n: int) -> list[str]:
-        """n words, the first one of the openers."""
-        if n <= 0:
-            return []
-        first = self.openers[int(self.rng.integers(0, len(self.openers)))]
-        return [first, *self._draw(n - 1)]
-
-    def _estimate(self, head_tokens: int, words: int) -> int | None:
-        if self.calibration is None:
-            return None
-        return round(head_tokens + words * self.per_word)
-
-    def exact(
-        self, targets: list[int], *, prefix: tuple[str, int | None] | None = None
-    ) -> list[tuple[str, int | None]]:
-        """(text, counted tokens) per target; counted is None when nothing can count."""
-        head = prefix[0] + " " if prefix else ""
-        head_tokens = (prefix[1] or 0) if prefix else 0
-        draw = self._draw if prefix else self._opening
-        bodies = [draw(round((t - head_tokens) / self.per_word)) for t in targets]
-        if self.counter is None:
-            return [(head + " ".join(b), self._estimate(head_tokens, len(b))) for b in bodies]
-        counts = self.counter.count_batch([head + " ".join(b) for b in bodies])
-        for _ in range(_FIX_ROUNDS):
-            wrong = [i for i, (c, t) in enumerate(zip(counts, targets, strict=True)) if c != t]
-            if not wrong:
-                break
-            for i in wrong:
-                diff = targets[i] - counts[i]
-                bodies[i] = bodies[i] + self._draw(diff) if diff > 0 else bodies[i][:diff]
-            fixed = self.counter.count_batch([head + " ".join(bodies[i]) for i in wrong])
-            for i, c in zip(wrong, fixed, strict=True):
-                counts[i] = c
-        return [(head + " ".join(b), c) for b, c in zip(bodies, counts, strict=True)]

@@ -11,11 +11,13 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from servelab.bench.conversation import ConversationSpec, parse_turns
 from servelab.bench.endpoint import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, Api
 from servelab.bench.load import LoadMode
 from servelab.bench.profile import ProfilePlan
 from servelab.bench.results import BenchSummary
 from servelab.bench.session import DEFAULT_WARMUP, BenchConfig, run_bench
+from servelab.bench.traces import load_replay, parse_window
 from servelab.bench.trial import PROFILE_DIR, bench_engine
 from servelab.bench.workload import (
     DEFAULT_FIXED_PROMPT,
@@ -91,13 +93,62 @@ def bench(
     ] = DEFAULT_WARMUP,
     dataset: Annotated[
         str,
-        typer.Option(help="random, fixed (one prompt: the single-stream test) or sharegpt:PATH."),
+        typer.Option(
+            help="random, fixed (one prompt: the single-stream test), conversation (sessions"
+            " of --turns user turns of --input-len tokens, each resending the history with the"
+            " server's replies; --shared-prefix-len is the system prompt every session opens"
+            " with), sharegpt:PATH (its first turns; with --multi-turn its whole conversations),"
+            " or trace:PATH: a Mooncake JSONL or BurstGPT CSV trace (told apart by content) sent"
+            " at its timestamps as one open-loop level; Mooncake's equal hash_ids become"
+            " equal text, so its shared prefixes are real."
+        ),
     ] = "random",
+    multi_turn: Annotated[
+        bool,
+        typer.Option(
+            "--multi-turn",
+            help="sharegpt: send each conversation's turns in order as one session, the"
+            " history resent with the server's own replies.",
+        ),
+    ] = False,
+    turns: Annotated[
+        str,
+        typer.Option(
+            help="conversation: user turns per session, a number or a range drawn uniformly"
+            " (2-6); sharegpt --multi-turn: at most the range's upper end of each conversation."
+        ),
+    ] = "4",
+    think_time: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION",
+            help="conversations: the mean wait between a reply and the next turn (exponential,"
+            " seeded), e.g. 2s. Default: none. A session holds its slot while it thinks.",
+        ),
+    ] = None,
+    trace_speed: Annotated[
+        float,
+        typer.Option(
+            help="trace: replay this many times faster than recorded (the gaps between"
+            " arrivals divided by it): 2 takes half the trace's time, 0.5 twice as long."
+        ),
+    ] = 1.0,
+    trace_window: Annotated[
+        str | None,
+        typer.Option(
+            metavar="START:END",
+            help="trace: replay only the requests arriving in [START, END) on the trace's own"
+            " clock (its timestamps: ms in Mooncake, s in BurstGPT), each side a time with its"
+            " unit or empty, e.g. 10m:20m, 0:90s or :300s. The window's first request is sent"
+            " at once. Default: the whole trace.",
+        ),
+    ] = None,
     input_len: Annotated[int, typer.Option(help="random: prompt tokens.")] = DEFAULT_INPUT_LEN,
     output_len: Annotated[
         int | None,
         typer.Option(
-            help="Output tokens (max_tokens). Default: random 128, fixed 512, sharegpt: reply."
+            help="Output tokens (max_tokens). Default: random 128, fixed 512, sharegpt: reply,"
+            " trace: the trace's."
         ),
     ] = None,
     range_ratio: Annotated[
@@ -163,7 +214,30 @@ def bench(
             raise ConfigError("give --concurrency or --request-rate, not both")
         if num_requests is not None and duration is not None:
             raise ConfigError("give --num-requests or --duration, not both")
-        mode, levels = _load(concurrency, request_rate)
+        check_range("--trace-speed", trace_speed, low=0, low_inclusive=False)
+        dataset_name, dataset_path = parse_dataset(dataset)
+        replay = None
+        if dataset_name == "trace" and dataset_path is not None:
+            _refuse_with_a_trace(
+                concurrency=concurrency is not None,
+                request_rate=request_rate is not None,
+                num_requests=num_requests is not None,
+                duration=duration is not None,
+                burstiness=burstiness != 1.0,
+                input_len=input_len != DEFAULT_INPUT_LEN,
+                output_len=output_len is not None,
+                range_ratio=range_ratio != 1.0,
+                shared_prefix_len=shared_prefix_len != 0,
+            )
+            window = parse_window(trace_window) if trace_window is not None else (None, None)
+            replay = load_replay(dataset_path, speed=trace_speed, window=window)
+        elif trace_speed != 1.0 or trace_window is not None:
+            raise ConfigError("--trace-speed and --trace-window apply to --dataset trace:PATH")
+        mode, levels = (
+            _load(concurrency, request_rate)
+            if replay is None
+            else (LoadMode.REQUEST_RATE, [replay.rate])
+        )
         if torch_profile is not None and spec is None:
             raise ConfigError("--torch-profile needs --engine: the profiler is turned on at launch")
         if torch_profile is not None and not any(
@@ -178,7 +252,12 @@ def bench(
         check_range("--range-ratio", range_ratio, low=0, high=1, low_inclusive=False)
         check_range("--shared-prefix-len", shared_prefix_len, low=0)
         check_range("--workers", workers, low=1)
-        dataset_name, dataset_path = parse_dataset(dataset)
+        conversation = _conversation(dataset_name, multi_turn, turns, think_time)
+        if conversation is not None and mode is not LoadMode.CONCURRENCY:
+            raise ConfigError(
+                "conversations run in a closed loop: a session is the unit of concurrency",
+                hint="give --concurrency",
+            )
         workload = WorkloadSpec(
             dataset=dataset_name,
             path=dataset_path,
@@ -188,6 +267,8 @@ def bench(
             shared_prefix_len=shared_prefix_len,
             seed=seed,
             prompt=prompt,
+            replay=replay,
+            conversation=conversation,
         )
         if tokenizer is not None:
             from servelab.bench.tokens import check_tokenizer
@@ -270,6 +351,33 @@ def print_failures(err: Console, summary: BenchSummary) -> None:
         err.print(
             escape(f"{n} request{'s' if n > 1 else ''} failed ({kind}): {examples[kind]}"),
             highlight=False,
+        )
+
+
+def _conversation(
+    dataset: str, multi_turn: bool, turns: str, think_time: str | None
+) -> ConversationSpec | None:
+    """The sessions' shape for a conversation workload; None for one-request workloads."""
+    if multi_turn and dataset != "sharegpt":
+        raise ConfigError("--multi-turn applies to --dataset sharegpt:PATH")
+    if dataset != "conversation" and not multi_turn:
+        if turns != "4" or think_time is not None:
+            raise ConfigError("--turns and --think-time apply to conversations")
+        return None
+    think = parse_duration_s(think_time, what="--think-time") if think_time else 0.0
+    return ConversationSpec(turns=parse_turns(turns), think_time_s=think)
+
+
+def _refuse_with_a_trace(**given: bool) -> None:
+    """A trace sets the load and the lengths: the options that would set them too are refused."""
+    named = [f"--{name.replace('_', '-')}" for name, on in given.items() if on]
+    if named:
+        listed = " and ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
+        verb = "does" if len(named) == 1 else "do"
+        raise ConfigError(
+            f"{listed} {verb} not apply to a trace replay",
+            hint="its timestamps set the load, one open-loop level chosen with --trace-window"
+            " and --trace-speed, and its lengths set the requests'",
         )
 
 

@@ -9,7 +9,16 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from servelab.bench.capacity import (
+    DEFAULT_ATTAINMENT,
+    DEFAULT_MAX_RATE,
+    DEFAULT_MAX_STEPS,
+    DEFAULT_REMEASURES,
+    DEFAULT_TOLERANCE,
+)
+from servelab.bench.load import LoadMode
 from servelab.bench.sweep import DEFAULT_MAX_CONCURRENCY
+from servelab.bench.workload import parse_dataset
 from servelab.cli.bench import print_failures
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
 from servelab.cli.options import (
@@ -39,7 +48,7 @@ from servelab.pipeline.run import (
     RunConfig,
     run_pipeline,
 )
-from servelab.report import parse_target
+from servelab.report import parse_target, render_capacity
 from servelab.report.diagnosis import top_finding_lines
 from servelab.report.tables import render_sweep
 from servelab.store.rundir import DEFAULT_RUNS_DIR
@@ -76,12 +85,55 @@ def run(
             "(knobs.kv_cache_tokens)."
         ),
     ] = None,
+    request_rate: Annotated[
+        str | None,
+        typer.Option(
+            help="Open loop instead of --concurrency: arrival rates in requests/s (Poisson), "
+            "e.g. 1,2,4; 'auto' with --capacity: search the rate."
+        ),
+    ] = None,
     slo: Annotated[
         str | None,
         typer.Option(help="SLOs, e.g. ttft=2s,tpot=50ms: goodput, and the auto sweep's stop."),
     ] = None,
-    input_len: Annotated[int, typer.Option(help="Prompt tokens.")] = DEFAULT_RUN_INPUT_LEN,
-    output_len: Annotated[int, typer.Option(help="Output tokens.")] = DEFAULT_RUN_OUTPUT_LEN,
+    capacity: Annotated[
+        bool,
+        typer.Option(
+            "--capacity",
+            help="Find the highest load that meets --slo: from 1, double until a level fails, "
+            f"then bisect to within {DEFAULT_TOLERANCE:.0%}; a boundary level whose verdict is "
+            f"within noise is measured again ({DEFAULT_REMEASURES} more time at most) and "
+            "judged on its requests pooled. The answer leads the report (docs/REPORT.md).",
+        ),
+    ] = False,
+    attainment: Annotated[
+        float | None,
+        typer.Option(
+            help="With --capacity: the share of a level's requests that must meet every SLO, "
+            f"in (0, 1]; 0.99 for a p99-style target. Default {DEFAULT_ATTAINMENT:g}."
+        ),
+    ] = None,
+    max_request_rate: Annotated[
+        float | None,
+        typer.Option(
+            help="With --request-rate auto: the largest rate searched, in requests/s. "
+            f"Default {DEFAULT_MAX_RATE:g}."
+        ),
+    ] = None,
+    max_steps: Annotated[
+        int | None,
+        typer.Option(
+            help="With --capacity: levels at most, re-measures included. "
+            f"Default {DEFAULT_MAX_STEPS}."
+        ),
+    ] = None,
+    dataset: Annotated[
+        str, typer.Option(help="random, fixed (one prompt) or sharegpt:PATH.")
+    ] = "random",
+    input_len: Annotated[int, typer.Option(help="random: prompt tokens.")] = DEFAULT_RUN_INPUT_LEN,
+    output_len: Annotated[
+        int, typer.Option(help="Output tokens of every request.")
+    ] = DEFAULT_RUN_OUTPUT_LEN,
     num_requests: NumRequests = None,
     duration: Duration = None,
     gpus: Gpus = None,
@@ -108,7 +160,7 @@ def run(
     knee, at 128 input / 64 output tokens.
 
     With --engine SPEC: the same on the engine the spec launches; with --url: on a running
-    endpoint.
+    endpoint. With --slo ... --capacity: the highest load that meets the SLO, searched.
     """
     out_console = Console()
     err = Console(stderr=True)
@@ -125,6 +177,20 @@ def run(
         check_range("--max-concurrency", max_concurrency, low=1)
         if max_concurrency is not None and concurrency.strip().lower() != "auto":
             raise ConfigError("--max-concurrency caps the auto sweep; it does not go with levels")
+        _check_capacity_options(
+            capacity=capacity,
+            attainment=attainment,
+            max_steps=max_steps,
+            request_rate=request_rate,
+            max_request_rate=max_request_rate,
+            concurrency=concurrency,
+            max_concurrency=max_concurrency,
+        )
+        dataset_name, dataset_path = parse_dataset(dataset)
+        if dataset_name == "trace":
+            raise ConfigError(
+                "--dataset trace: a trace sets its own send times; replay it with servelab bench"
+            )
         check_range("--torch-profile", torch_profile, low=1)
         check_range("--input-len", input_len, low=1)
         check_range("--output-len", output_len, low=1)
@@ -136,9 +202,17 @@ def run(
             engine=load_spec(engine) if engine is not None else None,
             model=model,
             preset=preset or DEFAULT_PRESET,
+            mode=LoadMode.REQUEST_RATE if request_rate else LoadMode.CONCURRENCY,
             concurrency=_levels(concurrency),
+            request_rate=_rates(request_rate),
             max_concurrency=max_concurrency,
             slo_ms=parse_slos(slo) if slo else None,
+            capacity=capacity,
+            attainment=attainment if attainment is not None else DEFAULT_ATTAINMENT,
+            max_request_rate=max_request_rate,
+            max_steps=max_steps if max_steps is not None else DEFAULT_MAX_STEPS,
+            dataset=dataset_name,
+            dataset_path=dataset_path,
             input_len=input_len,
             output_len=output_len,
             num_requests=num_requests,
@@ -155,13 +229,20 @@ def run(
         )
         with SweepView(err) as view:
             result = run_pipeline(config, on_event=view)
+        found = result.summary.capacity
         if json_output:
             out_console.print_json(result.summary.model_dump_json(by_alias=True))
         else:
             out_console.print(render_sweep(result.summary.levels))
+            if found is not None:
+                out_console.print(render_capacity(found))
             out_console.print(
                 escape(result.knee.explanation[0].upper() + result.knee.explanation[1:])
             )
+            if found is not None:
+                out_console.print(
+                    escape(found.explanation[0].upper() + found.explanation[1:]), soft_wrap=True
+                )
         print_failures(err, result.summary)
         err.print(f"report: {escape(str(result.report.html))}", highlight=False, soft_wrap=True)
         err.print(
@@ -175,6 +256,40 @@ def run(
             sum(s.completed or 0 for s in levels), sum(s.failed or 0 for s in levels)
         )
         raise typer.Exit(int(code))
+
+
+def _check_capacity_options(
+    *,
+    capacity: bool,
+    attainment: float | None,
+    max_steps: int | None,
+    request_rate: str | None,
+    max_request_rate: float | None,
+    concurrency: str,
+    max_concurrency: int | None,
+) -> None:
+    """One ConfigError line for options that do not go together or are out of range."""
+    check_range("--attainment", attainment, low=0, high=1, low_inclusive=False)
+    check_range("--max-steps", max_steps, low=1)
+    check_range("--max-request-rate", max_request_rate, low=0, low_inclusive=False)
+    for name, value in (("--attainment", attainment), ("--max-steps", max_steps)):
+        if value is not None and not capacity:
+            raise ConfigError(f"{name} is the capacity search's; it goes with --capacity")
+    if request_rate is None:
+        if max_request_rate is not None:
+            raise ConfigError("--max-request-rate caps --request-rate auto")
+        return
+    if concurrency.strip().lower() != "auto" or max_concurrency is not None:
+        raise ConfigError("give --concurrency or --request-rate, not both")
+    if max_request_rate is not None and request_rate.strip().lower() != "auto":
+        raise ConfigError("--max-request-rate caps --request-rate auto; it does not go with rates")
+
+
+def _rates(text: str | None) -> list[float] | None:
+    """None (closed loop, or 'auto': the capacity search's rates), else the rates given."""
+    if text is None or text.strip().lower() == "auto":
+        return None
+    return parse_number_list(text, what="--request-rate", integer=False)
 
 
 def _levels(text: str) -> list[int] | None:

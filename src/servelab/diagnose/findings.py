@@ -38,6 +38,7 @@ class FindingKind(StrEnum):
     COMM_LATENCY = "comm_latency"
     MEMORY_BOUND = "memory_bound"
     PREFILL_COMPUTE = "prefill_compute"
+    PREFIX_CACHE = "prefix_cache"
     CLIENT_BOUND = "client_bound"
     CPU_BOUND = "cpu_bound"
     CPU_CONTENTION = "cpu_contention"

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from servelab.bench.capacity import DEFAULT_ATTAINMENT, DEFAULT_MAX_STEPS
 from servelab.bench.events import BenchEvent, Notice
 from servelab.bench.load import LoadMode
 from servelab.bench.profile import ProfilePlan
@@ -43,6 +44,7 @@ from servelab.engines.embedded.presets import DEFAULT_PRESET, get_preset
 from servelab.engines.signatures import EngineExit
 from servelab.engines.watched import WatchedEngine, launch_watched
 from servelab.pipeline.limits import kv_room
+from servelab.pipeline.load import check_load, with_capacity
 from servelab.probe.collect import run_probe
 from servelab.probe.report import ProbeReport
 from servelab.report import ReportFiles, Target, write_report
@@ -69,11 +71,24 @@ class RunConfig:
     engine: EngineSpec | None = None
     model: str | None = None
     preset: str = "tiny"
+    mode: LoadMode = LoadMode.CONCURRENCY
     concurrency: list[int] | None = None
     """Fixed levels; None: the adaptive sweep (bench.sweep) up to `max_concurrency`."""
+    request_rate: list[float] | None = None
+    """Open loop (`mode`): fixed rates in requests/s; None: the capacity search's."""
     max_concurrency: int | None = None
     """The adaptive sweep's cap; None: the model's KV capacity where known, else 1024."""
     slo_ms: dict[str, float] | None = None
+    capacity: bool = False
+    """Search the highest load that meets `slo_ms` (bench.capacity) instead of sweeping."""
+    attainment: float = DEFAULT_ATTAINMENT
+    """The capacity search's share of requests that must meet every SLO."""
+    max_request_rate: float | None = None
+    """The open-loop capacity search's largest rate; None: bench.capacity's default."""
+    max_steps: int = DEFAULT_MAX_STEPS
+    """The capacity search's levels at most, re-measures included."""
+    dataset: str = "random"
+    dataset_path: Path | None = None
     targets: list[Target] = field(default_factory=list)
     """The goal's targets, judged in the report."""
     title: str | None = None
@@ -115,6 +130,8 @@ def run_pipeline(
     """Run the whole job; the engine, when launched here, is stopped whatever happens."""
     if config.url is not None and config.engine is not None:
         raise ConfigError("give a URL to attach to or an engine spec to launch, not both")
+    fixed = bool(config.concurrency if config.mode is LoadMode.CONCURRENCY else config.request_rate)
+    check_load(mode=config.mode, fixed=fixed, capacity=config.capacity, slo_ms=config.slo_ms)
     spec = config.engine or EngineSpec(engine="embedded", model=config.preset)
     name = config.name or _run_name(config, spec)
     if config.torch_profile is not None and config.url is not None:
@@ -139,6 +156,13 @@ def run_pipeline(
                 spec,
                 log_path=run_dir.engine_log_path,
                 on_status=lambda message: on_event(Notice(message)),
+            )
+        if config.capacity:
+            bench = with_capacity(
+                bench,
+                attainment=config.attainment,
+                max_request_rate=config.max_request_rate,
+                max_steps=config.max_steps,
             )
         engine = watched.engine if watched else None
         if engine is not None:
@@ -212,8 +236,11 @@ def _stop(watched: WatchedEngine | None, on_event: Callable[[BenchEvent], None])
     watched.engine.stop()
 
 
-def _sweep_plan(config: RunConfig, spec: EngineSpec, probe: ProbeReport) -> SweepPlan:
-    """Fixed levels as given, else adaptive up to the user's cap or the model's KV room."""
+def _sweep_plan(config: RunConfig, spec: EngineSpec, probe: ProbeReport) -> SweepPlan | None:
+    """Fixed levels as given, else adaptive up to the user's cap or the model's KV room (the
+    capacity search's ceiling too); None in open loop."""
+    if config.mode is not LoadMode.CONCURRENCY:
+        return None
     if config.concurrency:
         return SweepPlan(fixed=tuple(config.concurrency))
     if config.max_concurrency is not None:
@@ -226,10 +253,11 @@ def _sweep_plan(config: RunConfig, spec: EngineSpec, probe: ProbeReport) -> Swee
     return SweepPlan(max_concurrency=room[0], max_source=room[1])
 
 
-def _bench_config(config: RunConfig, name: str, plan: SweepPlan) -> BenchConfig:
+def _bench_config(config: RunConfig, name: str, plan: SweepPlan | None) -> BenchConfig:
     """The sweep's settings; aimed at `config.url`, or (by `for_engine`) at the launched engine."""
     workload = WorkloadSpec(
-        dataset="random",
+        dataset=config.dataset,
+        path=config.dataset_path,
         input_len=config.input_len,
         output_len=config.output_len,
         seed=config.seed,
@@ -239,7 +267,8 @@ def _bench_config(config: RunConfig, name: str, plan: SweepPlan) -> BenchConfig:
         url=url,
         model=config.model,
         metrics_url=url if config.metrics and url else None,
-        mode=LoadMode.CONCURRENCY,
+        mode=config.mode,
+        levels=list(config.request_rate or [1.0]),
         sweep=plan,
         slo_ms=config.slo_ms,
         num_requests=config.num_requests,

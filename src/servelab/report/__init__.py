@@ -4,6 +4,7 @@
 `write_study_report` writes a tuning study's (report.study) with the same machinery.
 """
 
+from servelab.report.capacity import render_capacity
 from servelab.report.model import render_model_comparison, render_model_report
 from servelab.report.probe import render_probe
 from servelab.report.study import is_study_dir, write_study_report
@@ -20,6 +21,7 @@ __all__ = [
     "evaluate_targets",
     "is_study_dir",
     "parse_target",
+    "render_capacity",
     "render_model_comparison",
     "render_model_report",
     "render_probe",

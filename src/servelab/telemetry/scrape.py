@@ -12,6 +12,12 @@ cache or a slow step. Both name styles map to the same fields:
 | gen_throughput (tok/s) | sglang:gen_throughput | vllm:generation_tokens_total, per s |
 | prompt_tokens_total | sglang:prompt_tokens_total | vllm:prompt_tokens_total |
 | generation_tokens_total | sglang:generation_tokens_total | vllm:generation_tokens_total |
+| prefix_queries_total | sglang:prompt_tokens_total | vllm:prefix_cache_queries_total |
+| prefix_hits_total | sglang:cached_tokens_total | vllm:prefix_cache_hits_total |
+
+The prefix cache's counters are in tokens on both engines: vLLM counts the prompt tokens it
+looked up and those it found; SGLang counts every prompt token and the cached ones among
+them. A level's hit rate is the ratio of the two counters' growth over the level.
 
 Several label sets (data-parallel ranks, vLLM engines) are summed, KV usage averaged.
 
@@ -84,6 +90,8 @@ _FIELDS: dict[str, tuple[str, ...]] = {
         "sglang:generation_tokens_total",
         "vllm:generation_tokens_total",
     ),
+    "prefix_queries_total": ("vllm:prefix_cache_queries_total", "sglang:prompt_tokens_total"),
+    "prefix_hits_total": ("vllm:prefix_cache_hits_total", "sglang:cached_tokens_total"),
 }
 _AVERAGED = frozenset({"kv_usage"})
 
@@ -96,7 +104,13 @@ _RAW_ONLY = (
     "vllm:num_preemptions_total",
     "vllm:request_success_total",
 )
-_KNOWN_SAMPLES = frozenset([*(name for names in _FIELDS.values() for name in names), *_RAW_ONLY])
+_CACHE_CONFIG = "vllm:cache_config_info"
+"""vLLM's cache settings as labels of one gauge: its block size and whether prefix caching
+is on, as the engine resolved them. Read into the sample, not kept in the raw rows (its
+labels are long, and they do not change while the engine runs)."""
+_KNOWN_SAMPLES = frozenset(
+    [*(name for names in _FIELDS.values() for name in names), *_RAW_ONLY, _CACHE_CONFIG]
+)
 # Family names as HELP/TYPE lines may write them (counters with or without _total).
 _KNOWN_FAMILIES = _KNOWN_SAMPLES | {name.removesuffix("_total") for name in _KNOWN_SAMPLES}
 
@@ -114,6 +128,17 @@ class ParsedMetrics:
 
     engine: str | None
     raw: dict[str, list[tuple[Labels, float]]]
+
+    def cache_config(self) -> tuple[int | None, bool | None]:
+        """The block size and prefix caching vLLM reports in its cache_config_info."""
+        rows = self.raw.get(_CACHE_CONFIG) or [({}, 0.0)]
+        labels = rows[0][0]
+        block = labels.get("block_size", "")
+        caching = labels.get("enable_prefix_caching")
+        return (
+            int(block) if block.isdigit() else None,
+            None if caching is None else caching == "True",
+        )
 
     def value(self, name: str) -> float | None:
         """The field's value: summed over label sets (averaged for KV usage); None if absent."""
@@ -138,6 +163,12 @@ class EngineSample:
     gen_throughput: float | None
     prompt_tokens_total: float | None
     generation_tokens_total: float | None
+    prefix_queries_total: float | None = None
+    prefix_hits_total: float | None = None
+    block_tokens: int | None = None
+    """The KV cache's block size, where the engine reports it."""
+    prefix_caching: bool | None = None
+    """Whether the engine says its prefix cache is on, where it says."""
     source: Literal["metrics", "log"] = "metrics"
 
 
@@ -263,6 +294,7 @@ class MetricsScraper:
         t_recv = now_ns()
         parsed = parse_metrics(body.decode("utf-8", errors="replace"))
         t_ns = (t_send + t_recv) // 2
+        block_tokens, prefix_caching = parsed.cache_config()
         sample = EngineSample(
             t_ns=t_ns,
             engine=parsed.engine,
@@ -272,6 +304,10 @@ class MetricsScraper:
             gen_throughput=parsed.value("gen_throughput"),
             prompt_tokens_total=parsed.value("prompt_tokens_total"),
             generation_tokens_total=parsed.value("generation_tokens_total"),
+            prefix_queries_total=parsed.value("prefix_queries_total"),
+            prefix_hits_total=parsed.value("prefix_hits_total"),
+            block_tokens=block_tokens,
+            prefix_caching=prefix_caching,
         )
         if sample.gen_throughput is None and sample.generation_tokens_total is not None:
             sample = _with_derived_throughput(sample, self._previous_tokens)
@@ -291,9 +327,14 @@ class MetricsScraper:
                 "gen_throughput": sample.gen_throughput,
                 "prompt_tokens_total": sample.prompt_tokens_total,
                 "generation_tokens_total": sample.generation_tokens_total,
+                "prefix_queries_total": sample.prefix_queries_total,
+                "prefix_hits_total": sample.prefix_hits_total,
+                "block_tokens": sample.block_tokens,
+                "prefix_caching": sample.prefix_caching,
                 "raw": {
                     name: [[labels, value] for labels, value in rows]
                     for name, rows in parsed.raw.items()
+                    if name != _CACHE_CONFIG
                 },
             }
         )

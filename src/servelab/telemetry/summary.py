@@ -128,6 +128,26 @@ class EngineLevel(BaseModel):
     gen_throughput_mean: float | None = Field(default=None, description="Output tok/s.")
     prompt_tokens: float | None = Field(default=None, description="The engine's count.")
     generation_tokens: float | None = Field(default=None, description="The engine's count.")
+    prefix_cache_queries: float | None = Field(
+        default=None, description="Prompt tokens the prefix cache was asked for over the level."
+    )
+    prefix_cache_hits: float | None = Field(
+        default=None, description="Prompt tokens the prefix cache held over the level."
+    )
+
+    block_tokens: int | None = Field(
+        default=None, description="The KV cache's block size, as the engine reports it."
+    )
+    prefix_caching: bool | None = Field(
+        default=None, description="Whether the engine reports its prefix cache on."
+    )
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        """Hits over queries in this level (the counters' growth, not since the start)."""
+        if self.prefix_cache_hits is None or not self.prefix_cache_queries:
+            return None
+        return self.prefix_cache_hits / self.prefix_cache_queries
 
     @property
     def gauge_samples(self) -> int:
@@ -480,19 +500,22 @@ def _engine_level(trace: EngineTrace, t0: int, t1: int) -> EngineLevel:
         engine=engine,
         samples=len(inside),
         sources={name: "metrics" for name in _GAUGES if gauges.get(f"{name}_mean") is not None},
-        prompt_tokens=_counter_delta(
-            [(s.t_ns, s.prompt_tokens_total) for s in around if s.prompt_tokens_total is not None],
-            t0,
-            t1,
-        ),
-        generation_tokens=_counter_delta(
-            [
-                (s.t_ns, s.generation_tokens_total)
-                for s in around
-                if s.generation_tokens_total is not None
-            ],
-            t0,
-            t1,
+        prompt_tokens=_counter_delta(_series(around, "prompt_tokens_total"), t0, t1),
+        generation_tokens=_counter_delta(_series(around, "generation_tokens_total"), t0, t1),
+        prefix_cache_queries=_counter_delta(_series(around, "prefix_queries_total"), t0, t1),
+        prefix_cache_hits=_counter_delta(_series(around, "prefix_hits_total"), t0, t1),
+        block_tokens=next((x.block_tokens for x in around if x.block_tokens), None),
+        prefix_caching=next(
+            (x.prefix_caching for x in around if x.prefix_caching is not None), None
         ),
     )
     return level.model_copy(update=gauges)
+
+
+def _series(samples: Sequence[EngineSample], counter: str) -> list[tuple[int, float]]:
+    """(time, value) of one counter over the samples that carry it."""
+    return [
+        (sample.t_ns, value)
+        for sample in samples
+        if (value := getattr(sample, counter)) is not None
+    ]

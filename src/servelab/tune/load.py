@@ -21,10 +21,14 @@ class LoadPlan(BaseModel):
     num_requests: int | None
     warmup: int
     stream: bool = True
+    max_load: float | None = None
+    """objective capacity: the search's largest load; None: bench.capacity's default."""
 
     def text(self) -> str:
         what = "concurrency" if self.mode is LoadMode.CONCURRENCY else "request rate"
         levels = ", ".join(f"{v:g}" for v in self.levels)
+        if self.max_load is not None:
+            levels = f"from {levels} up to {self.max_load:g}"
         bound = (
             f"{self.duration_s:g} s per level"
             if self.duration_s is not None

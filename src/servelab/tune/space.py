@@ -19,6 +19,10 @@
     constraints: ["p99_ttft_ms <= 2000", "error_rate <= 0.01"]
     trials: 12
 
+`objective: capacity` searches, in each trial, the highest load that meets `slo` for
+`attainment` of the requests (default 0.9): `load` then gives the search's start (one
+level, default 1) and its largest load, `max` (default 1024 concurrent or req/s).
+
 The base's own value of every searched setting is always a candidate, so the first trial
 (the base as given) lies inside the space and the sampler learns from it.
 """
@@ -32,6 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from servelab.bench.capacity import DEFAULT_ATTAINMENT
 from servelab.bench.load import LoadMode
 from servelab.bench.workload import WorkloadSpec, parse_dataset
 from servelab.core.errors import ConfigError
@@ -50,7 +55,7 @@ from servelab.engines.spec import load_spec, parse_spec
 from servelab.tune.load import LoadPlan
 from servelab.tune.params import Param, param_from_yaml
 from servelab.tune.results import ObjectiveSpec
-from servelab.tune.targets import Constraint, parse_constraint, parse_objective
+from servelab.tune.targets import CAPACITY, Constraint, parse_constraint, parse_objective
 
 __all__ = ["DEFAULT_TRIALS", "LoadPlan", "SearchSpace", "load_space", "parse_space"]
 
@@ -71,6 +76,7 @@ class _LoadFile(BaseModel):
     num_requests: int | None = Field(default=None, ge=1)
     warmup: int = Field(default=1, ge=0)
     stream: bool = True
+    max: float | None = Field(default=None, gt=0)
 
 
 class _WorkloadFile(BaseModel):
@@ -96,6 +102,7 @@ class _SpaceFile(BaseModel):
     objective: str | dict[str, Any] | list[str | dict[str, Any]] = "total_throughput"
     constraints: list[str] = Field(default_factory=list)
     slo: str | None = None
+    attainment: float | None = Field(default=None, gt=0, le=1)
     trials: int = Field(default=DEFAULT_TRIALS, ge=1, le=10_000)
     time_budget: str | None = None
     early_stop: float = Field(default=DEFAULT_EARLY_STOP, ge=0, lt=1)
@@ -133,6 +140,9 @@ class SearchSpace(BaseModel):
     objectives: list[ObjectiveSpec]
     constraints: list[Constraint]
     slo_ms: dict[str, float] | None
+    attainment: float = Field(
+        description="objective capacity: the share of a level's requests meeting every SLO."
+    )
     trials: int
     time_budget_s: float | None
     early_stop: float
@@ -217,6 +227,7 @@ def parse_space(
     goodput = [o.metric for o in objectives] + [c.metric for c in constraints]
     if slo_ms is None and ({"request_goodput", "good_fraction"} & set(goodput)):
         raise ConfigError(f"{source}: goodput needs SLOs", hint="add slo: ttft=2s,tpot=50ms")
+    _check_capacity(raw, objectives, load, slo_ms, source)
     budget = (
         parse_duration_s(raw.time_budget, what=f"{source}: time_budget")
         if raw.time_budget
@@ -238,6 +249,7 @@ def parse_space(
         objectives=objectives,
         constraints=constraints,
         slo_ms=slo_ms,
+        attainment=raw.attainment if raw.attainment is not None else DEFAULT_ATTAINMENT,
         trials=raw.trials,
         time_budget_s=budget,
         early_stop=raw.early_stop,
@@ -340,7 +352,35 @@ def _load(raw: _LoadFile, source: str) -> LoadPlan:
         num_requests=raw.num_requests,
         warmup=raw.warmup,
         stream=raw.stream,
+        max_load=raw.max,
     )
+
+
+def _check_capacity(
+    raw: _SpaceFile,
+    objectives: list[ObjectiveSpec],
+    load: LoadPlan,
+    slo_ms: dict[str, float] | None,
+    source: str,
+) -> None:
+    """`capacity` needs the SLO it searches under, one start level and a max above it;
+    `attainment` and `load.max` belong to it alone."""
+    if all(o.metric != CAPACITY for o in objectives):
+        for key, given in (("attainment", raw.attainment), ("load.max", raw.load.max)):
+            if given is not None:
+                raise ConfigError(f"{source}: {key} is for objective capacity")
+        return
+    if len(objectives) > 1:
+        raise ConfigError(f"{source}: capacity is the study's one objective")
+    if slo_ms is None:
+        raise ConfigError(f"{source}: capacity needs SLOs", hint="add slo: ttft=2s,tpot=50ms")
+    if len(load.levels) != 1:
+        raise ConfigError(
+            f"{source}: objective capacity chooses its own levels: give load one start level "
+            "and load.max"
+        )
+    if load.max_load is not None and load.max_load < load.levels[0]:
+        raise ConfigError(f"{source}: load.max is under the start level")
 
 
 def _workload(raw: _WorkloadFile, source: str) -> WorkloadSpec:

@@ -7,6 +7,10 @@ the whole sweep. `metric@128` reads it at concurrency 128 (or request rate 128);
 `@` an objective is read at the highest level, `single_stream_tok_s` at concurrency 1,
 and a constraint where the first objective is read. Names ending in `_ms` and
 `error_rate` are minimised, the rest maximised.
+
+`capacity` is an objective of its own: each trial searches the highest load that meets the
+study's SLO (bench.capacity) and is worth that load, 0 when none met it; a constraint is
+then read at that load's level.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
     from servelab.tune.load import LoadPlan
 
 __all__ = [
+    "CAPACITY",
     "ERROR_RATE",
     "Constraint",
     "level_at",
@@ -36,6 +41,7 @@ __all__ = [
     "read_metric",
 ]
 
+CAPACITY = "capacity"
 ERROR_RATE = "error_rate"
 SINGLE_STREAM = "single_stream_tok_s"
 _NOT_METRICS = frozenset(
@@ -75,7 +81,7 @@ def metric_names() -> list[str]:
         for name, field in LevelSummary.model_fields.items()
         if name not in _NOT_METRICS and _is_number(field.annotation)
     ]
-    return [*numeric, ERROR_RATE]
+    return [*numeric, ERROR_RATE, CAPACITY]
 
 
 def parse_objective(given: str | dict[str, Any], load: LoadPlan, *, source: str) -> ObjectiveSpec:
@@ -99,6 +105,8 @@ def parse_objective(given: str | dict[str, Any], load: LoadPlan, *, source: str)
     _check_metric(metric, where)
     if metric == ERROR_RATE:
         raise ConfigError(f"{where}: error_rate is a constraint, not an objective")
+    if metric == CAPACITY:
+        return _capacity_objective(at, direction, load, where)
     level = _resolve_level(metric, at, load, where, default=max(load.levels))
     return ObjectiveSpec(
         metric=metric,
@@ -116,6 +124,8 @@ def parse_constraint(text: str, load: LoadPlan, first: ObjectiveSpec, *, source:
         raise ConfigError(f"{where}: write it as METRIC[@LEVEL] <= VALUE (or >=, <, >)")
     metric = match["metric"]
     _check_metric(metric, where)
+    if metric == CAPACITY:
+        raise ConfigError(f"{where}: capacity is an objective, not a constraint")
     value = _number(match["value"], where, positive=False)
     at: float | None = None
     if metric != ERROR_RATE:
@@ -143,11 +153,40 @@ def read_metric(summary: BenchSummary, metric: str, at: float | None) -> float |
         failed = sum(level.failed or 0 for level in summary.levels)
         attempted = failed + sum(level.completed or 0 for level in summary.levels)
         return failed / attempted if attempted else None
-    level = level_at(summary.levels, at)
+    if metric == CAPACITY:
+        return _capacity(summary)
+    held = summary.capacity.held if summary.capacity is not None else None
+    if at is None and held is not None:
+        level = summary.levels[held.level] if held.level < len(summary.levels) else None
+    else:
+        level = level_at(summary.levels, at)
     if level is None or not level.completed:
         return None  # a level where every request failed measured nothing, not zero
     value = getattr(level, metric, None)
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def _capacity_objective(
+    at: float | None, direction: str | None, load: LoadPlan, where: str
+) -> ObjectiveSpec:
+    """`capacity`: the load a trial's search finds, maximised; it is read at no level."""
+    if at is not None:
+        raise ConfigError(f"{where}: capacity is the load the search finds; drop the @level")
+    if direction not in (None, "maximize"):
+        raise ConfigError(f"{where}: capacity is maximised")
+    unit = "concurrent" if load.mode is LoadMode.CONCURRENCY else "req/s"
+    return ObjectiveSpec(metric=CAPACITY, at=None, direction="maximize", unit=unit)
+
+
+def _capacity(summary: BenchSummary) -> float | None:
+    """The load the search found; 0 when no load met the SLO; None when the search did not
+    end or no request completed (nothing was measured)."""
+    result = summary.capacity
+    if result is None or result.status == "searching":
+        return None
+    if not any(level.completed for level in summary.levels):
+        return None
+    return result.capacity if result.capacity is not None else 0.0
 
 
 def _resolve_level(

@@ -7,7 +7,8 @@ as is kept in its user attributes, which the study document is rebuilt from:
 - complete: every objective measured; constraints recorded with `trial.set_constraint`;
 - pruned: a layout the machine or the model rules out (never launched), or a sweep stopped
   early because the objective, at its own level, was far behind the best feasible trial's
-  (the levels after it were not run);
+  (the levels after it were not run), or a capacity search that failed under the best
+  trial's capacity (tune.capacity);
 - failed: the engine would not start or died (its reason and the log signature that
   explains it), or an objective's level has no measurement (every request there failed).
 """
@@ -43,10 +44,11 @@ from servelab.engines.signatures import LogEvent, scan_log
 from servelab.engines.spec import spec_yaml
 from servelab.probe.report import ProbeReport
 from servelab.store import RunDir
+from servelab.tune.capacity import capacity_plan, give_up_below
 from servelab.tune.params import apply_params
 from servelab.tune.prune import available_gpus, check_fit, layout_model
 from servelab.tune.space import SearchSpace
-from servelab.tune.targets import level_at, read_metric
+from servelab.tune.targets import CAPACITY, level_at, read_metric
 
 __all__ = [
     "TrialContext",
@@ -176,8 +178,13 @@ def _sweep(
     trial: optuna.Trial, ctx: TrialContext, spec: EngineSpec, run_path: Path
 ) -> BenchSummary:
     name = f"{ctx.space.name}-trial-{trial.number:03d}"
+    give_up = None
+    if ctx.space.objectives[0].metric == CAPACITY:
+        give_up = give_up_below(ctx.space, _best_feasible(trial.study, maximize=True))
     try:
-        return sweep_spec(ctx, spec, run_path, name=name, stop_early=_early_stop(trial, ctx))
+        return sweep_spec(
+            ctx, spec, run_path, name=name, stop_early=_early_stop(trial, ctx), give_up=give_up
+        )
     except TrialFailed as exc:
         if exc.signature is not None:
             trial.set_user_attr("signature", exc.signature)
@@ -191,10 +198,12 @@ def sweep_spec(
     *,
     name: str,
     stop_early: Callable[[Sequence[LevelSummary]], SweepStop | None] | None = None,
+    give_up: float | None = None,
 ) -> BenchSummary:
     """Launch `spec` and run the study's load on it into `run_path`, as every trial does;
-    an engine that does not start or dies is TrialFailed (with its log signature)."""
-    config = _bench_config(ctx, run_path, name=name, stop_early=stop_early)
+    an engine that does not start or dies is TrialFailed (with its log signature).
+    `give_up`: a capacity search ends once a load at or under it fails (tune.capacity)."""
+    config = _bench_config(ctx, run_path, name=name, stop_early=stop_early, give_up=give_up)
     try:
         outcome = bench_engine(spec, config, on_event=ctx.on_event)
     except EngineLaunchError as exc:
@@ -220,6 +229,7 @@ def _bench_config(
     *,
     name: str,
     stop_early: Callable[[Sequence[LevelSummary]], SweepStop | None] | None,
+    give_up: float | None = None,
 ) -> BenchConfig:
     space = ctx.space
     load = space.load
@@ -239,6 +249,7 @@ def _bench_config(
         command=ctx.command or [],
         gpus=list(ctx.telemetry_gpus or []),
         stop_early=stop_early,
+        capacity=capacity_plan(space, give_up=give_up),
     )
 
 

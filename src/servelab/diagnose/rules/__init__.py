@@ -26,6 +26,7 @@ from servelab.diagnose.rules import (
     moe_config,
     not_saturated,
     prefill_compute,
+    prefix_cache,
     running_cap,
     slo,
 )
@@ -46,6 +47,7 @@ RULES: tuple[Rule, ...] = (
     comm_latency.rule,
     memory_bound.rule,
     prefill_compute.rule,
+    prefix_cache.rule,
     moe_config.rule,
     machine_settings.rule,
     accuracy.rule,

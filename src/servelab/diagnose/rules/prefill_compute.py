@@ -141,15 +141,9 @@ def _model(facts: RunFacts, low: LevelFacts, ttft: float, tally: Tally) -> bool:
 
 
 def _actions(facts: RunFacts) -> list[Action]:
-    actions = []
-    shared = facts.summary.run.workload.get("shared_prefix_len")
-    if isinstance(shared, int) and shared > 0:
-        actions.append(
-            knob_action(facts.engine, "prefix_cache", True, "reuse the shared prompt prefix")
-        )
-    actions.append(
+    actions = [
         knob_action(facts.engine, "quantization", "fp8", "a faster matrix rate: fp8 weights")
-    )
+    ]
     actions.append(
         text_action(
             "for prompt-heavy traffic, separate prefill from decode (disaggregated serving) "

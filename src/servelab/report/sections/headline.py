@@ -1,8 +1,9 @@
 """The report's first lines: the answer before the evidence.
 
-Best total throughput and where, the single stream, the knee, the targets met, and the
-top finding with its first action — what a reader would otherwise piece together from
-all six sections.
+The capacity under the SLO first where the run searched it (with its boundary's bands),
+then the best total throughput and where, the single stream, the knee, the targets met,
+and the top finding with its first action — what a reader would otherwise piece together
+from all six sections.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from servelab.bench.knee import find_knee
+from servelab.report.capacity import capacity_headline
 from servelab.report.document import Tone
 from servelab.report.inputs import ReportRun
 from servelab.report.sections._common import load_text, sentence, tone_of
@@ -19,18 +21,20 @@ __all__ = ["headline"]
 
 
 def headline(run: ReportRun, targets: Sequence[Target]) -> list[tuple[Tone, str]]:
+    capacity = run.summary.capacity
+    lines = capacity_headline(capacity) if capacity is not None else []
     levels = [s for s in run.summary.levels if s.completed != 0]
     if not levels:
-        return [("bad", "No level completed a request: there is nothing to report yet.")]
+        return [*lines, ("bad", "No level completed a request: there is nothing to report yet.")]
     best = max(levels, key=lambda s: s.total_throughput or 0.0)
     total = "-" if best.total_throughput is None else f"{best.total_throughput:,.0f}"
-    lines: list[tuple[Tone, str]] = [
+    lines.append(
         (
             "plain",
             f"Best: {total} tok/s total ({best.output_throughput:,.0f} "
             f"output) at {load_text(best)}.",
         )
-    ]
+    )
     single = next((s for s in levels if s.single_stream_tok_s is not None), None)
     if single is not None and single.single_stream_tok_s is not None:
         lines.append(("plain", f"Single stream: {single.single_stream_tok_s:,.1f} tok/s."))

@@ -1,13 +1,24 @@
-"""Section 4, the results: the sweep table as the CLI prints it, the knee, why the sweep
-ended, and the plots."""
+"""Section 4, the results: the sweep table as the CLI prints it, the capacity search's
+levels where it ran, the knee, why the sweep ended, and the plots."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from servelab.bench.capacity_results import CapacityResult
 from servelab.bench.knee import find_knee
 from servelab.core.redact import scrub
-from servelab.report.document import Block, Bullets, Code, Figure, Paragraph, Section, Table
+from servelab.report.capacity import capacity_table
+from servelab.report.document import (
+    Block,
+    Bullets,
+    Code,
+    Figure,
+    Paragraph,
+    Section,
+    Table,
+    Tone,
+)
 from servelab.report.inputs import ReportRun
 from servelab.report.plots import RunPlotInput, build_plots
 from servelab.report.sections._common import sentence
@@ -28,6 +39,8 @@ def results_section(run: ReportRun, *, plots: bool = True) -> Section:
                 "* client-bound: the load generator's lag or CPU may have limited it.", "warn"
             )
         )
+    if summary.capacity is not None:
+        blocks += _capacity(summary.capacity)
     knee = find_knee(levels)
     blocks.append(Paragraph(sentence(knee.explanation), "info" if knee.found else "plain"))
     if summary.sweep_stop is not None and summary.sweep_stop.reason != "levels":
@@ -39,6 +52,25 @@ def results_section(run: ReportRun, *, plots: bool = True) -> Section:
     if plots:
         blocks += figures([plot_input(run)])
     return Section("results", "Results", blocks)
+
+
+def _capacity(result: CapacityResult) -> list[Block]:
+    """The search's levels in order, each verdict with its bands, and the rule."""
+    header, rows = capacity_table(result)
+    tones: list[Tone] = [
+        "warn" if lv.judged.within_noise else "good" if lv.judged.meets else "bad"
+        for lv in result.levels
+    ]
+    return [
+        Table(header, rows, caption=result.plan, tones=tones, right=frozenset({0, 1, 3})),
+        Paragraph(sentence(result.explanation), "info"),
+        Paragraph(
+            f"A level meets the SLO when at least {result.attainment:.1%} of its attempted "
+            "requests completed within every SLO; bands are the block bootstrap's 95% "
+            "(docs/REPORT.md, capacity). A boundary level within noise is measured again "
+            "and judged on its measurements pooled."
+        ),
+    ]
 
 
 def figures(inputs: list[RunPlotInput]) -> list[Block]:

@@ -38,6 +38,7 @@ from servelab.tune.results import (
     StudyResult,
     TrialRow,
 )
+from servelab.tune.targets import CAPACITY
 
 __all__ = ["layout_answer", "tuning_headline", "tuning_section"]
 
@@ -260,10 +261,7 @@ def _question(study: StudyResult) -> list[Block]:
         ("search space", study.space_file or "not recorded"),
         ("default trial", "none" if study.default_trial is None else str(study.default_trial)),
     ]
-    rows = [
-        [o.metric, o.direction, "the highest level" if o.at is None else f"{o.at:g}", o.unit]
-        for o in study.objectives
-    ]
+    rows = [[o.metric, o.direction, _read_at(o), o.unit] for o in study.objectives]
     blocks: list[Block] = [
         KeyValues(facts),
         Table(["objective", "direction", "read at load", "unit"], rows, caption="Objectives"),
@@ -319,6 +317,13 @@ def _trials(study: StudyResult) -> list[Block]:
     else:
         blocks.append(Bullets([("plain", f"{plot.title}: not drawn, {plot.missing}", [])]))
     return blocks
+
+
+def _read_at(objective: ObjectiveSpec) -> str:
+    """Where the objective is read: a load, the highest, or (capacity) found by the search."""
+    if objective.at is not None:
+        return f"{objective.at:g}"
+    return "the load the search finds" if objective.metric == CAPACITY else "the highest level"
 
 
 def _objective_keys(objective: ObjectiveSpec) -> tuple[str, ...]:
