@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from servelab.bench.metrics import itl_ns
+from servelab.bench.prefix import PrefixCacheLevel
 from servelab.bench.records import ErrorKind, RequestRecord
 from servelab.bench.results import LevelSummary
 from servelab.report.plots import (
@@ -469,7 +470,10 @@ def full_run(label: str = "run", levels: int = 3, per_level: int = 20) -> RunPlo
         metrics.append({"kind": "metrics", "t_ns": s * S, "running": 4.0, "queued": 0.0})
     return RunPlotInput(
         label=label,
-        levels=sweep(*[2**i for i in range(levels)]),
+        levels=[
+            level.model_copy(update={"prefix_cache": _cache(0.6, 0.5 - 0.04 * level.level)})
+            for level in sweep(*[2**i for i in range(levels)])
+        ],
         records=records,
         telemetry_rows=gpu,
         metrics_rows=metrics,
@@ -573,6 +577,40 @@ def test_a_large_run_builds_and_renders_in_seconds():
         render_svg(plot)
         render_png(plot)
     rendered_s = time.perf_counter() - start - built
-    assert plots[4].boxes()[0].count == 500 * 63
+    itl = plots[PLOT_KEYS.index("itl_distribution")]
+    assert itl.boxes()[0].count == 500 * 63
     assert built < 2.0
     assert rendered_s < 10.0
+
+
+def _cache(ideal: float, hit: float | None) -> PrefixCacheLevel:
+    return PrefixCacheLevel(
+        block_tokens=16,
+        block_source="test",
+        prompt_tokens=1000,
+        shared_tokens=int(1000 * ideal),
+        shareable_tokens=int(1000 * ideal),
+        ideal_hit_rate=ideal,
+        queries=1000.0 if hit is not None else None,
+        hits=1000 * hit if hit is not None else None,
+        hit_rate=hit,
+    )
+
+
+def test_the_prefix_cache_plot_draws_the_measured_rate_under_its_ideal():
+    levels = [
+        level.model_copy(update={"prefix_cache": _cache(0.75, hit)})
+        for level, hit in zip(sweep(1, 4), (0.74, 0.2), strict=True)
+    ]
+    plot = plot_of("prefix_cache", run(levels=levels))
+    assert plot.missing is None
+    measured = plot.line("measured hit rate")
+    ideal = plot.line("ideal hit rate")
+    assert measured.y == pytest.approx((74.0, 20.0)) and ideal.y == pytest.approx((75.0, 75.0))
+    assert ideal.role == "ceiling" and plot.panels[0].y_max == 100
+
+
+def test_no_prefix_to_reuse_and_no_counters_draw_no_prefix_cache_plot():
+    levels = [lv.model_copy(update={"prefix_cache": _cache(0.0, None)}) for lv in sweep(1, 4)]
+    assert plot_of("prefix_cache", run(levels=levels)).missing is not None
+    assert plot_of("prefix_cache", run()).missing is not None

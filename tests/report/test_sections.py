@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from servelab.bench.knee import find_knee
+from servelab.bench.prefix import PrefixCacheLevel
 from servelab.bench.results import SweepStop
+from servelab.bench.turns import TurnStats
 from servelab.core.severity import Severity
 from servelab.diagnose.findings import Evidence, FindingKind
 from servelab.engines.signatures import KIND_INFO, EventKind
@@ -258,8 +260,9 @@ def test_results_draw_the_plots_that_have_data_and_say_which_are_not_drawn():
     absent = blocks(results, Bullets)[-1]
     lines = [text for _, text, _ in absent.items]
     assert len(lines) == len(PLOT_KEYS) - len(drawn)
-    assert lines[0].startswith("GPU power and activity over time: not drawn, no GPU telemetry")
-    assert lines[1].startswith("Engine requests and KV cache over time: not drawn")
+    assert lines[0].startswith("Prefix-cache hit rate by concurrency: not drawn, no prefix")
+    assert lines[1].startswith("GPU power and activity over time: not drawn, no GPU telemetry")
+    assert lines[2].startswith("Engine requests and KV cache over time: not drawn")
 
 
 def test_results_carry_the_notes_and_a_failed_runs_reason():
@@ -436,3 +439,39 @@ def test_next_lists_every_action_the_largest_expected_gain_first():
 def test_next_without_actions_says_why(findings, text):
     run = report_run(diagnosis=None if findings is None else diagnosis(sweep(), findings))
     assert blocks(subsection(section(run, "status"), "next"), Paragraph)[0].text == text
+
+
+def test_results_show_the_prefix_cache_and_a_conversations_turns():
+    cache = PrefixCacheLevel(
+        block_tokens=128,
+        block_source="the engine's own report",
+        prompt_tokens=14842,
+        shared_tokens=11813,
+        shareable_tokens=11008,
+        ideal_hit_rate=0.742,
+        queries=14842.0,
+        hits=1484.0,
+        hit_rate=0.1,
+        engine="vllm",
+    )
+    turns = [
+        TurnStats(
+            turn=k,
+            completed=6,
+            mean_input_tokens=654.0 + 170 * k,
+            mean_ttft_ms=50.0 * (k + 1),
+            median_ttft_ms=50.0 * (k + 1),
+            p99_ttft_ms=60.0 * (k + 1),
+            mean_e2e_latency_ms=300.0,
+        )
+        for k in range(3)
+    ]
+    levels = [lv.model_copy(update={"prefix_cache": cache, "turns": turns}) for lv in sweep()]
+    results = section(report_run(bench_summary(levels)), "results")
+    tables = {t.header[2]: t for t in blocks(results, Table)}
+    prefix = tables["ideal hit rate"]
+    assert prefix.rows[0][2:4] == ["74.2%", "10.0%"]
+    by_turn = tables["completed"]
+    assert [row[1] for row in by_turn.rows[:3]] == ["0", "1", "2"]
+    assert [row[4] for row in by_turn.rows[:3]] == ["50.0", "100.0", "150.0"]
+    assert "prefix_cache" in [f.plot.key for f in blocks(results, Figure)]

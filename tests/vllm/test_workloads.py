@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from servelab.bench.capacity import CapacityPlan
 from servelab.bench.load import LoadMode
 from servelab.bench.prefix import PrefixCacheLevel
 from servelab.bench.session import BenchConfig, BenchOutcome
@@ -16,6 +17,7 @@ from servelab.diagnose.findings import FindingKind
 from tests.vllm.conftest import (
     CONVERSATIONS,
     KV_BLOCK_TOKENS,
+    WORKLOADS_CAP,
     Rerun,
     VllmEngine,
     sweep_without_pauses,
@@ -85,3 +87,41 @@ def test_with_the_cache_off_nothing_hits_and_diagnose_names_the_flag(vllm_budget
     finding = next(f for f in diagnosis.findings if f.kind is FindingKind.PREFIX_CACHE)
     assert "the cache is off" in finding.title, finding.title
     assert finding.actions[0].flags == ["--enable-prefix-caching"], finding.actions
+
+
+def test_capacity_under_a_ttft_slo_is_the_running_cap(vllm_workloads: VllmEngine, tmp_path: Path):
+    """A cap of C = 4 running requests; 64-token prompts, 256-token replies, so a request
+    holds its slot for S, about 256 decode steps (over a second on two cores). SLO: TTFT
+    <= 250 ms for 90% of requests, far above an admitted request's prefill of 64 tokens.
+
+    - N <= 4 concurrent: each request is admitted at once (a finished request's client
+      sends its next into the slot it freed): all meet.
+    - N = 5: Little's law puts the mean wait at W >= (N - C) / C x S = S / 4; if a share p
+      of requests wait over w0 (under 250 ms), W <= p S + (1 - p) w0, so p >= (S / 4 - w0)
+      / (S - w0): with S >= 1.2 s at least 5% miss, and in practice (S about 2 s) 16%.
+      More clients only queue more.
+
+    So the search doubles 1, 2, 4, fails at 8, and bisects down to the cap: 4 holds, and
+    no load above it does."""
+    plan = CapacityPlan(slo_ms={"ttft": 250.0}, max_load=16.0)
+    config = BenchConfig(
+        url=vllm_workloads.url,
+        name="vllm-capacity",
+        duration_s=8.0,
+        warmup=4,
+        workload=WorkloadSpec(input_len=64, output_len=256),
+        slo_ms=plan.slo_ms,
+        capacity=plan,
+        out=tmp_path / "run",
+    )
+    summary = sweep_without_pauses(config, vllm_workloads).summary
+    capacity = summary.capacity
+    assert capacity is not None and capacity.status == "found", capacity
+    assert capacity.capacity == WORKLOADS_CAP, capacity.explanation
+    assert capacity.failed is not None and capacity.failed.load == WORKLOADS_CAP + 1
+    running = [
+        level.telemetry.engine.running_max
+        for level in summary.levels
+        if level.telemetry is not None and (level.max_concurrency or 0) > WORKLOADS_CAP
+    ]
+    assert running and all(r == WORKLOADS_CAP for r in running)  # vLLM's own count: the cap

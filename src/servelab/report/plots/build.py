@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from servelab.report.plots.data import Plot, RunPlotInput
 from servelab.report.plots.distributions import itl_distribution_plot, ttft_distribution_plot
+from servelab.report.plots.prefix import prefix_cache_plot
 from servelab.report.plots.sweep import latency_plot, pareto_plot, throughput_plot
 from servelab.report.plots.timelines import engine_timeline_plot, gpu_timeline_plot
 
@@ -16,6 +17,7 @@ _BUILDERS = (
     throughput_plot,
     latency_plot,
     pareto_plot,
+    prefix_cache_plot,
     ttft_distribution_plot,
     itl_distribution_plot,
     gpu_timeline_plot,

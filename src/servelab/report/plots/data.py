@@ -32,6 +32,7 @@ PLOT_KEYS = (
     "throughput",
     "latency",
     "pareto",
+    "prefix_cache",
     "ttft_distribution",
     "itl_distribution",
     "gpu_timeline",

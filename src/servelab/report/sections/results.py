@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from servelab.bench.capacity_results import CapacityResult
 from servelab.bench.knee import find_knee
+from servelab.bench.results import LevelSummary
 from servelab.core.redact import scrub
 from servelab.report.capacity import capacity_table
 from servelab.report.document import (
@@ -21,6 +22,7 @@ from servelab.report.document import (
 )
 from servelab.report.inputs import ReportRun
 from servelab.report.plots import RunPlotInput, build_plots
+from servelab.report.plots._load import short_label
 from servelab.report.sections._common import sentence
 from servelab.report.tables import sweep_header, sweep_rows
 
@@ -41,6 +43,7 @@ def results_section(run: ReportRun, *, plots: bool = True) -> Section:
         )
     if summary.capacity is not None:
         blocks += _capacity(summary.capacity)
+    blocks += _prefix_and_turns(levels)
     knee = find_knee(levels)
     blocks.append(Paragraph(sentence(knee.explanation), "info" if knee.found else "plain"))
     if summary.sweep_stop is not None and summary.sweep_stop.reason != "levels":
@@ -71,6 +74,61 @@ def _capacity(result: CapacityResult) -> list[Block]:
             "and judged on its measurements pooled."
         ),
     ]
+
+
+def _prefix_and_turns(levels: list[LevelSummary]) -> list[Block]:
+    """The prefix cache per level (ideal against measured), and a conversation's TTFT by
+    turn: where the cache changes what a later turn waits."""
+    blocks: list[Block] = []
+    cached = [(lv, lv.prefix_cache) for lv in levels if lv.prefix_cache is not None]
+    if any(c.ideal_hit_rate or c.hit_rate is not None for _, c in cached):
+        rows = [
+            [
+                short_label(lv),
+                f"{c.prompt_tokens:,}",
+                _percent(c.ideal_hit_rate),
+                _percent(c.hit_rate),
+                f"{c.block_tokens} ({c.block_source})",
+            ]
+            for lv, c in cached
+        ]
+        blocks.append(
+            Table(
+                ["level", "prompt tokens", "ideal hit rate", "measured", "block"],
+                rows,
+                caption="Prefix cache: the share of prompt tokens the workload repeats in "
+                "whole blocks (ideal) and the share the engine's counters say it served.",
+                right=frozenset({1, 2, 3}),
+            )
+        )
+    turned = [lv for lv in levels if lv.turns]
+    if turned:
+        rows = [
+            [
+                short_label(lv),
+                str(t.turn),
+                str(t.completed),
+                f"{t.mean_input_tokens:,.0f}" if t.mean_input_tokens is not None else "-",
+                f"{t.median_ttft_ms:,.1f}" if t.median_ttft_ms is not None else "-",
+                f"{t.p99_ttft_ms:,.1f}" if t.p99_ttft_ms is not None else "-",
+            ]
+            for lv in turned
+            for t in lv.turns or []
+        ]
+        blocks.append(
+            Table(
+                ["level", "turn", "completed", "prompt tokens", "TTFT p50 ms", "TTFT p99 ms"],
+                rows,
+                caption="Conversations by turn: each turn resends the history, so its prompt "
+                "grows; a prefix cache keeps a later turn's TTFT near the first's.",
+                right=frozenset({1, 2, 3, 4, 5}),
+            )
+        )
+    return blocks
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
 
 
 def figures(inputs: list[RunPlotInput]) -> list[Block]:
