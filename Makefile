@@ -21,7 +21,10 @@ VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
 demo: venv-local
 	$(BIN)/servelab run
 
-test: lint vllm test-services
+# The three set-ups are independent (two venvs and Debian's packages, mostly downloads):
+# they run side by side, then the suite.
+test:
+	$(MAKE) --no-print-directory -j3 lint vllm test-services
 	$(BIN)/python -m pytest
 
 # Debian services the tests use (chromium for the HTML report, postgresql-15 for shared
