@@ -105,3 +105,27 @@ def test_conversations_from_the_cli_and_their_refusals(start_sim, tmp_path: Path
         result = run_cli(*args, *refused, "--out", str(tmp_path / "x"))
         assert result.returncode != 0 and message in result.stderr, result.stderr
         assert_no_traceback(result)
+
+
+def test_sglangs_page_size_from_its_server_info_sizes_the_ideal(start_sim, tmp_path: Path):
+    """An SGLang-style engine reports its page size in /server_info, not in /metrics: the
+    ideal is counted in its pages of 32, and its counters give the measured rate."""
+    sim = start_sim(ttft_ms=5, itl_ms=1, metrics_style="sglang", block_size=32)
+    config = BenchConfig(
+        url=sim.url,
+        metrics_url=sim.url + "/metrics",
+        levels=[2],
+        num_requests=12,
+        warmup=0,
+        workload=_workload(),
+        out=tmp_path / "r",
+    )
+    (level,) = run_bench(config).summary.levels
+    cache = level.prefix_cache
+    assert cache is not None
+    assert (cache.block_tokens, cache.block_source) == (32, "the engine's own report")
+    assert cache.shareable_tokens % 32 == 0 and cache.ideal_hit_rate is not None
+    # SGLang counts cached tokens as a request completes: a short level's last ones fall
+    # past the level's last scrape, so its rate reads low, but far from a cache that is off
+    assert cache.engine == "sglang" and cache.hit_rate is not None
+    assert cache.hit_rate > cache.ideal_hit_rate / 2

@@ -361,7 +361,7 @@ class _Session:
         summary = self._with_telemetry(summary, outcome.records)
         summary = summary.model_copy(update={"turns": turn_stats(outcome.records)})
         pool = None if sessions is not None else len(items)
-        return self._with_prefix_cache(summary, outcome.records, pool=pool)
+        return self._with_prefix_cache(summary, outcome.records, preflight, pool=pool)
 
     def _sessions(
         self, spec: LevelSpec, preflight: Preflight, counter: TokenCounter | None
@@ -420,14 +420,22 @@ class _Session:
         return summary.model_copy(update={"telemetry": window})
 
     def _with_prefix_cache(
-        self, summary: LevelSummary, records: list[RequestRecord], *, pool: int | None
+        self,
+        summary: LevelSummary,
+        records: list[RequestRecord],
+        preflight: Preflight,
+        *,
+        pool: int | None,
     ) -> LevelSummary:
-        """The level's ideal prefix-cache hit rate, beside the engine's where it counts."""
+        """The level's ideal prefix-cache hit rate, beside the engine's where it counts; the
+        block size as vLLM's /metrics or SGLang's server info (`page_size`) report it."""
         engine = summary.telemetry.engine if summary.telemetry is not None else None
         info = self.engine_info or {}
         name = info.get("engine") or (engine.engine if engine is not None else None)
+        page = preflight.server_info.server_args.get("page_size") if preflight.server_info else None
+        reported = engine.block_tokens if engine is not None else None
         block, source = block_tokens_from(
-            name, info.get("command"), engine.block_tokens if engine is not None else None
+            name, info.get("command"), reported or (page if isinstance(page, int) else None)
         )
         level = prefix_cache_level(records, engine, block, source, pool=pool)
         return summary.model_copy(update={"prefix_cache": level})
