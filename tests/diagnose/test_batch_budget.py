@@ -103,11 +103,13 @@ def test_a_small_budget_that_steps_ttft_is_the_first_finding(tmp_path: Path):
     assert int(action.flags[1]) == 1024
     gain = top.expected_gain
     assert gain is not None and gain.metric == "median TTFT" and gain.at == "concurrency 64"
-    # The new budget's floor: the lightest TTFT less the 3 steps it saves there, 45 - 3 x 10
-    # = 15 ms. In waves the median of 64 prompts waits 16 steps at 1,024 tokens: 15 + 15 x 11
-    # = 180 ms; arriving steadily (64 / 129 x 512 tokens a step, with the 64 decodes, fit
-    # 1,024) one step: 15 + 11 = 26 ms. Against the measured 1,400 ms, between the two.
-    waves, steady = 15 + 15 * 11.0, 15 + 11.0
+    # A step that carries a chunk lasts the lightest prompt's 45 ms over its 4 steps, 11.25
+    # ms (above TPOT), and the rise to 64 prices a prompt token at nothing more. The new
+    # budget's floor: the lightest TTFT less the 3 steps it saves there, 45 - 3 x 11.25 =
+    # 11.25 ms. In waves the median of 64 prompts waits 16 steps at 1,024 tokens: 11.25 +
+    # 15 x 11.25 = 180 ms; arriving steadily (64 / 129 x 512 tokens a step, with the 64
+    # decodes, fit 1,024) one step: 22.5 ms. Against the measured 1,400 ms, between the two.
+    waves, steady = 11.25 + 15 * 11.25, 11.25 + 11.25
     assert gain.low == pytest.approx(1400 / waves, rel=0.01)
     assert gain.high == pytest.approx(1400 / steady, rel=0.01)
     assert gain.factor == pytest.approx(1400 / (waves * steady) ** 0.5, rel=0.01)
@@ -117,7 +119,7 @@ def test_a_small_budget_that_steps_ttft_is_the_first_finding(tmp_path: Path):
         for e in top.evidence
         if e.what.startswith("median TTFT the step model predicts at concurrency 64")
     )
-    assert predicted.value == 1409 and "128 steps" in predicted.what
+    assert predicted.value == 1440 and "128 steps" in predicted.what  # 45 + 124 x 11.25
     assert any("upper bound" in m for m in top.missing)
     assert "decode is not what slows" in top.explanation
 
@@ -205,11 +207,12 @@ def test_requests_held_below_the_cap_read_the_budget_and_widen_the_steady_end(tm
     assert held is not None and held.levels == [1, 2, 3]
     gain = held.expected_gain
     assert gain is not None and gain.at == "concurrency 64"
-    # A budget of 1,024 (8x); floor 45 - 3 x 10 = 15 ms. In waves the median of 64 prompts
-    # waits 16 steps of the measured 25 ms: 15 + 15 x 25 = 390 ms; steadily (64 / 129 x 512
-    # tokens a step and 64 decodes fit 1,024) one step of the lightest level's 10 ms: 25 ms.
-    assert gain.low == pytest.approx(2500 / 390, rel=0.01)
-    assert gain.high == pytest.approx(2500 / 25, rel=0.01)
+    # A budget of 1,024 (8x); the lightest level's step with a chunk 45 / 4 = 11.25 ms, floor
+    # 45 - 3 x 11.25 = 11.25 ms. In waves the median of 64 prompts waits 16 steps of the
+    # measured 25 ms: 11.25 + 15 x 25 = 386.25 ms; steadily (64 / 129 x 512 tokens a step
+    # and 64 decodes fit 1,024) one step of the lightest level's 11.25 ms: 22.5 ms.
+    assert gain.low == pytest.approx(2500 / 386.25, rel=0.01)
+    assert gain.high == pytest.approx(2500 / 22.5, rel=0.01)
     # the same TPOT growth without counts that show requests held: decode slowed, not read
     unheld = _budget(_run(tmp_path / "unheld", command, _levels(ttft, tpot)))
     assert unheld is None or unheld.levels == [1]
@@ -230,9 +233,11 @@ def test_a_costly_prefill_is_charged_at_the_runs_own_cost_per_token(tmp_path: Pa
     assert budget is not None and budget.levels == [1, 2, 3]
     gain = budget.expected_gain
     assert gain is not None and "0.1 ms a token" in gain.source
-    # floor: 91.2 - 3 saved steps x 10 = 61.2 ms; a step at 1,024 tokens 11 + 89.6 ms.
-    # In waves 16 steps: 61.2 + 15 x 100.6 = 1,570 ms; steadily one step: 161.8 ms.
-    waves, steady = 61.2 + 15 * 100.6, 61.2 + 100.6
+    # A step with a chunk: 91.2 / 4 = 22.8 ms; floor: 91.2 - 3 saved steps x 22.8 = 22.8 ms.
+    # In waves 16 steps, each 22.8 ms and 896 tokens more at 0.1 ms: 22.8 + 15 x 112.4 =
+    # 1,709 ms. Steadily one step, its extra tokens at no cost (nothing bounds the cost
+    # from below but zero): 22.8 + 22.8 = 45.6 ms.
+    waves, steady = 22.8 + 15 * 112.4, 22.8 + 22.8
     assert gain.low == pytest.approx(ttft[-1] / waves, rel=0.01)
     assert gain.high == pytest.approx(ttft[-1] / steady, rel=0.01)
 

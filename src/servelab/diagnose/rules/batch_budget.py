@@ -120,18 +120,20 @@ class _Reading:
     agreement: float
     tpot_ratio: float
     tpot_allowed: float
+    step_ms: float
+    """A step of the level while prompts wait for it: its TPOT, or a step that carries a
+    prompt chunk (`_chunk_step_ms`) where that is longer."""
+    decode_material: bool = True
+    """TPOT grew by a material part of a step: by half the lightest level's step or more."""
     admission_held: bool = False
     """The engine's counts show requests kept waiting below its running cap: the steps,
     full of prefill chunks, were longer than a decode step because prompts filled them."""
 
     @property
-    def step_ms(self) -> float:
-        return self.level.tpot_ms or 0.0
-
-    @property
     def why_not(self) -> str | None:
         """Why this level is not read as the budget binding; None when it is."""
-        if self.tpot_ratio > self.tpot_allowed and not self.admission_held:
+        slowed = self.tpot_ratio > self.tpot_allowed and self.decode_material
+        if slowed and not self.admission_held:
             return f"TPOT {self.tpot_ratio:.3g}x the lightest level's: decode slowed as well"
         if self.growth < TTFT_GROWTH_MIN:
             return f"median TTFT only {self.growth:.3g}x the lightest level's"
@@ -225,7 +227,10 @@ def _read(facts: RunFacts, light: LevelFacts, lv: LevelFacts, budget: int) -> _R
     light_ttft, ttft = light.summary.median_ttft_ms, lv.summary.median_ttft_ms
     if extra <= 0 or not light_ttft or not ttft or not light.tpot_ms or not lv.tpot_ms:
         return None
-    predicted = light_ttft + extra * lv.tpot_ms
+    chunk = _chunk_step_ms(facts, light, budget) or 0.0
+    step = max(lv.tpot_ms, chunk)
+    predicted = light_ttft + extra * step
+    light_step = max(light.tpot_ms, chunk)
     return _Reading(
         level=lv,
         prompts=prompts,
@@ -236,8 +241,23 @@ def _read(facts: RunFacts, light: LevelFacts, lv: LevelFacts, budget: int) -> _R
         agreement=(ttft - light_ttft) / (predicted - light_ttft),
         tpot_ratio=lv.tpot_ms / light.tpot_ms,
         tpot_allowed=DECODE_FLAT_RATIO * _decode_growth(facts, light, lv),
+        step_ms=step,
+        decode_material=lv.tpot_ms - light.tpot_ms >= (DECODE_FLAT_RATIO - 1) * light_step,
         admission_held=_admission_held(facts, lv),
     )
+
+
+def _chunk_step_ms(facts: RunFacts, light: LevelFacts, budget: int) -> float | None:
+    """A step that carries a prompt chunk, read at the lightest level: its median TTFT
+    over its prefill steps. Where prefill is compute-bound (an engine on a CPU) such a
+    step lasts several decode steps, and TPOT, read over steps mostly without chunks,
+    is no measure of it. None where the lightest prompt fits one step: its TTFT is then
+    as much the network and the server's handling as steps."""
+    ttft = light.summary.median_ttft_ms
+    steps = _steps(_prompts(facts, light), light.input_tokens, budget)
+    if not ttft or steps < MIN_COST_STEPS:
+        return None
+    return ttft / steps
 
 
 def _admission_held(facts: RunFacts, lv: LevelFacts) -> bool:
@@ -301,6 +321,11 @@ def _gain(
       prefill steps) prompts per step; when their tokens and the running decodes' fit
       the new budget, a prompt waits at most the step in progress: the shortest TTFT.
 
+    A step of the new budget costs its extra prompt tokens: at most the run's own cost
+    per token (`_prefill_ms_per_token`, paid in full at the waves end and not at all at
+    the steady end, since nothing bounds it from below but zero), else the model's prefill
+    time of them (both ends), else nothing (a decode step each).
+
     The lightest level's TTFT less the prefill steps the new budget saves there is the
     floor both start from. Where the engine held requests back below its running cap, the
     measured steps were full of prefill chunks because the budget kept the prompts
@@ -311,7 +336,8 @@ def _gain(
     sits between them).
     None when no gain is predicted: then the prefills' compute, not the step count, is
     the wait."""
-    light_ttft, light_step = light.summary.median_ttft_ms or 0.0, light.tpot_ms or 0.0
+    light_ttft = light.summary.median_ttft_ms or 0.0
+    light_step = max(light.tpot_ms or 0.0, _chunk_step_ms(facts, light, budget) or 0.0)
     light_prompts = _prompts(facts, light)
     saved = _steps(light_prompts, light.input_tokens, budget)
     saved -= _steps(light_prompts, light.input_tokens, new)
@@ -322,12 +348,12 @@ def _gain(
         short = min(step, light_step * _decode_growth(facts, light, lv))
     per_token = _prefill_ms_per_token(facts, light, target, budget)
     if per_token is not None:
-        extra_ms = (new - budget) * per_token
+        # The run's reading bounds the cost of a token from above; nothing but zero bounds
+        # it from below: the waves end pays it in full, the steady end not at all.
+        step += (new - budget) * per_token
     elif facts.model is not None:
         extra_ms = max(0.0, facts.model.prefill_ms(new) - facts.model.prefill_ms(budget))
-    else:
-        extra_ms = 0.0
-    step, short = step + extra_ms, short + extra_ms
+        step, short = step + extra_ms, short + extra_ms
     after = _steps(target.prompts, lv.input_tokens, new)
     waves = floor + max(after - 1, 0) * step
     per_prompt = math.ceil(lv.input_tokens / new)
@@ -381,7 +407,7 @@ def _prefill_ms_per_token(
     extra = target.steps - light_steps
     if extra > 0:
         rise = (target.measured_ms - light_ttft) / extra
-        readings.append((rise - target.step_ms) / budget)
+        readings.append((rise - (target.level.tpot_ms or 0.0)) / budget)
     return max(min(readings), 0.0)
 
 
