@@ -51,16 +51,20 @@ def test_the_planted_step_budget_is_named_first_with_its_flag(vllm_budget_rerun:
     assert any("--max-num-batched-tokens" in action.flags for action in top.actions), top.actions
 
 
-def test_the_budget_its_action_asked_for_cuts_ttft_and_no_longer_binds_hard(
+def test_the_budget_its_action_asked_for_cuts_ttft_and_more_is_asked_where_it_binds(
     vllm_budget_rerun: Rerun,
 ):
-    """The check is read and its factor is a gain well above this machine's wander between
-    two launches (about 1.5x). Its verdict is recorded, not asserted: on two cores one
-    rerun read within noise (6.51x against 5.26x, 5.19-5.34) and two outside (4.60x, band
-    3.83-5.11, against 11.4x, 9.87-13.1; 3.67x against 9.58x): the rule costs a step of
-    the new budget as a decode step, and a CPU's prefill is compute-bound
-    (docs/DIAGNOSE.md)."""
+    """The check is read, its factor is a gain well above this machine's wander between
+    two launches (about 1.5x), and it lands in the predicted interval: the rule costs a
+    step of the new budget between its chunk step and that plus the run's own cost per
+    prompt token (4.42x, 2.21-8.84, against 4.74x and 3.70x measured on two cores; when
+    it costed the step as a decode step it promised 11.4x where 4.60x was measured)."""
     diagnosis, check = _check(vllm_budget_rerun)
     assert check.measured > 2.0, check.text
+    assert check.verdict in ("inside", "within noise"), check.text
+    # The action raises the budget at most 8x (256 tokens), below the 8 x 777 prompt tokens
+    # of the heaviest level: where the rerun still reads the budget, it asks for more again.
     budget = [f for f in diagnosis.findings if f.kind is FindingKind.BATCH_TOKEN_BUDGET]
-    assert not budget or budget[0].severity != "critical", "the budget it asked for still binds"
+    for finding in budget:
+        flags = next(a.flags for a in finding.actions if a.flags)
+        assert int(flags[1]) > 256, finding.actions
