@@ -14,13 +14,14 @@ import numpy as np
 
 from servelab.bench.load import LevelSpec
 from servelab.bench.records import ErrorKind, OutputTokenSource, RequestRecord
-from servelab.bench.results import ClientStats, InputTokenSource, LevelSummary
+from servelab.bench.results import ClientNode, ClientStats, InputTokenSource, LevelSummary
 from servelab.core.clock import NS_PER_MS, NS_PER_S
 from servelab.core.units import MS_PER_S
 
 __all__ = [
     "CLIENT_BOUND_CPU_PCT",
     "CLIENT_BOUND_P99_LAG_SHARE",
+    "NodeClock",
     "WorkerStats",
     "compute_level",
     "itl_ns",
@@ -34,6 +35,25 @@ CLIENT_BOUND_CPU_PCT = 90.0
 
 
 @dataclass(frozen=True, slots=True)
+class NodeClock:
+    """The cluster node a worker ran on, and that node's clock against the driver's."""
+
+    node: str
+    """Ray's node id, its first 8 hex digits."""
+    address: str
+    offset_ns: int
+    """The node's clock minus the driver's, measured before the level (stamps are corrected)."""
+    error_ns: int
+    """Half the round trip of the best sample: the true offset is within this of offset_ns."""
+    lost: bool = False
+    """The worker was lost with its node during the level."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.address} ({self.node})"
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerStats:
     """What one worker process measured about itself during a level."""
 
@@ -44,6 +64,8 @@ class WorkerStats:
     """CPU time of the worker process from its first send to its last completion."""
     wall_s: float
     """Wall time from its first send to its last completion."""
+    node: NodeClock | None = None
+    """Where the worker ran, on a cluster (bench.cluster); None on one host."""
 
 
 def compute_level(
@@ -307,31 +329,104 @@ def _client_stats(
     scale: tuple[str, float] | None,
     cycle: tuple[str, float] | None,
 ) -> ClientStats:
-    lags = np.asarray(
-        [max(r.t_send_ns - r.t_scheduled_ns - r.connect_ns, 0) for r in measured], dtype=float
-    )
-    p99_lag = float(np.percentile(lags, 99)) / NS_PER_MS if lags.size else 0.0
-    max_lag = float(lags.max()) / NS_PER_MS if lags.size else 0.0
-    loop_p99 = max((w.loop_lag_p99_ns for w in workers), default=0) / NS_PER_MS
-    loop_max = max((w.loop_lag_max_ns for w in workers), default=0) / NS_PER_MS
-    cpu = max((100.0 * w.cpu_s / w.wall_s for w in workers if w.wall_s > 0), default=0.0)
     # The loop's lag blurs every chunk's stamp: judged against the finest time measured.
     # A send's lag is judged against what it delays: an arrival (open loop: the gap between
     # arrivals), or a closed-loop slot's next request, whose latencies are timed from its
     # send, so that lag costs only offered load, in proportion to the request's own E2E.
     send_scale = ("mean inter-arrival gap", MS_PER_S / level.rate) if level.rate else cycle
-    lag = {"loop": (loop_p99, loop_max, scale), "schedule": (p99_lag, max_lag, send_scale)}
-    reasons = _client_bound_reasons(lag, cpu)
+    whole = _Lag.of(measured, workers)
+    nodes = _nodes(measured, workers, scale, send_scale)
+    if nodes:
+        reasons = [reason for _, node_reasons in nodes for reason in node_reasons]
+    else:
+        reasons = whole.reasons(scale, send_scale)
     return ClientStats(
         workers=len(workers),
-        p99_schedule_lag_ms=p99_lag,
-        max_schedule_lag_ms=max_lag,
-        p99_loop_lag_ms=loop_p99,
-        max_loop_lag_ms=loop_max,
-        max_cpu_pct=cpu,
+        p99_schedule_lag_ms=whole.p99_schedule_ms,
+        max_schedule_lag_ms=whole.max_schedule_ms,
+        p99_loop_lag_ms=whole.p99_loop_ms,
+        max_loop_lag_ms=whole.max_loop_ms,
+        max_cpu_pct=whole.cpu_pct,
         client_bound=bool(reasons),
         client_bound_reason="; ".join(reasons) or None,
+        nodes=[node for node, _ in nodes] or None,
+        degraded=any(node.lost for node, _ in nodes),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Lag:
+    """The client's own lag and CPU use over some of its workers, in ms and %."""
+
+    p99_schedule_ms: float
+    max_schedule_ms: float
+    p99_loop_ms: float
+    max_loop_ms: float
+    cpu_pct: float
+
+    @classmethod
+    def of(cls, records: Sequence[RequestRecord], workers: Sequence[WorkerStats]) -> _Lag:
+        lags = np.asarray(
+            [max(r.t_send_ns - r.t_scheduled_ns - r.connect_ns, 0) for r in records], dtype=float
+        )
+        return cls(
+            p99_schedule_ms=float(np.percentile(lags, 99)) / NS_PER_MS if lags.size else 0.0,
+            max_schedule_ms=float(lags.max()) / NS_PER_MS if lags.size else 0.0,
+            p99_loop_ms=max((w.loop_lag_p99_ns for w in workers), default=0) / NS_PER_MS,
+            max_loop_ms=max((w.loop_lag_max_ns for w in workers), default=0) / NS_PER_MS,
+            cpu_pct=max((100.0 * w.cpu_s / w.wall_s for w in workers if w.wall_s > 0), default=0.0),
+        )
+
+    def reasons(
+        self, scale: tuple[str, float] | None, send_scale: tuple[str, float] | None
+    ) -> list[str]:
+        lag = {
+            "loop": (self.p99_loop_ms, self.max_loop_ms, scale),
+            "schedule": (self.p99_schedule_ms, self.max_schedule_ms, send_scale),
+        }
+        return _client_bound_reasons(lag, self.cpu_pct)
+
+
+def _nodes(
+    measured: Sequence[RequestRecord],
+    workers: Sequence[WorkerStats],
+    scale: tuple[str, float] | None,
+    send_scale: tuple[str, float] | None,
+) -> list[tuple[ClientNode, list[str]]]:
+    """Per cluster node: its lag judged as the whole client's is, and its clock's error
+    bound against the same share of the level's finest time; empty on one host."""
+    by_node: dict[str, list[WorkerStats]] = {}
+    for w in workers:
+        if w.node is not None:
+            by_node.setdefault(w.node.label, []).append(w)
+    nodes = []
+    for label, mine in by_node.items():
+        clock = mine[0].node
+        assert clock is not None
+        ids = {w.worker for w in mine}
+        records = [r for r in measured if r.worker in ids]
+        lag = _Lag.of(records, mine)
+        reasons = [f"node {label}: {reason}" for reason in lag.reasons(scale, send_scale)]
+        error_ms = clock.error_ns / NS_PER_MS
+        if scale is not None and error_ms > CLIENT_BOUND_P99_LAG_SHARE * scale[1]:
+            reasons.append(
+                f"node {label}: clock offset known to ±{error_ms:.2f} ms >"
+                f" {CLIENT_BOUND_P99_LAG_SHARE:.0%} of {scale[0]} {scale[1]:.1f} ms"
+            )
+        node = ClientNode(
+            node=clock.node,
+            address=clock.address,
+            workers=len(mine),
+            requests=len(records),
+            clock_offset_ms=clock.offset_ns / NS_PER_MS,
+            clock_error_ms=error_ms,
+            p99_schedule_lag_ms=lag.p99_schedule_ms,
+            p99_loop_lag_ms=lag.p99_loop_ms,
+            max_cpu_pct=lag.cpu_pct,
+            lost=any(w.node is not None and w.node.lost for w in mine),
+        )
+        nodes.append((node, reasons))
+    return nodes
 
 
 def _client_bound_reasons(

@@ -41,6 +41,8 @@ class ErrorKind(StrEnum):
     """Still in flight when the run was interrupted; not counted as a failure."""
     ENGINE_DIED = "engine_died"
     """The engine servelab launched had exited: the request failed with it, or was cut."""
+    CLIENT_LOST = "client_lost"
+    """In flight on a client node (a Ray cluster's) that was lost: its outcome is unknown."""
 
 
 class OutputTokenSource(StrEnum):

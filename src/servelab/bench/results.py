@@ -21,6 +21,7 @@ from servelab.telemetry.summary import LevelTelemetry
 __all__ = [
     "SCHEMA",
     "BenchSummary",
+    "ClientNode",
     "ClientStats",
     "InputTokenSource",
     "LevelSummary",
@@ -43,6 +44,34 @@ bench always sets them."""
 
 def _stat(stat: str, metric: str) -> str:
     return f"{_STAT_NAMES.get(stat, stat)} of {metric}, over completed requests, in ms."
+
+
+class ClientNode(BaseModel):
+    """One node of a Ray cluster the client ran on (`--cluster`), over one level."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node: str = Field(description="Ray's node id, its first 8 hex digits.")
+    address: str = Field(description="The node's IP address, as Ray reports it.")
+    workers: int = Field(description="Client workers (Ray actors) that ran on the node.")
+    requests: int = Field(
+        description="Measured requests its workers sent (warm-up excluded), lost ones included."
+    )
+    clock_offset_ms: float = Field(
+        description="The node's monotonic clock minus the driver's, measured by round trips "
+        "before the level (the sample with the shortest round trip), in ms; the node's "
+        "stamps were moved onto the driver's clock by it."
+    )
+    clock_error_ms: float = Field(
+        description="Half that sample's round trip, in ms: the true offset lies within "
+        "clock_offset_ms ± this."
+    )
+    p99_schedule_lag_ms: float = Field(description="p99 schedule lag of its requests, in ms.")
+    p99_loop_lag_ms: float = Field(description="p99 event-loop lag, its worst worker, in ms.")
+    max_cpu_pct: float = Field(description="CPU use of its busiest worker, in % of a core.")
+    lost: bool = Field(
+        description="True when the node (or one of its workers) was lost during the level."
+    )
 
 
 class ClientStats(BaseModel):
@@ -73,11 +102,24 @@ class ClientStats(BaseModel):
         description="True when the client's lag was material against what it measured: a "
         "p99 loop or schedule lag over 10% of the median ITL (open loop: of the mean "
         "inter-arrival gap), a single lag over the median ITL, or a worker over 90% of a "
-        "core. The client may have limited the measurement."
+        "core; on a cluster, each node judged on its own, and a node's clock offset known "
+        "only to more than 10% of the median ITL. The client may have limited the "
+        "measurement."
     )
     client_bound_reason: str | None = Field(
         default=None,
-        description="Which of those rules fired, with the numbers; None when none did.",
+        description="Which of those rules fired, with the numbers (and the node, on a "
+        "cluster); None when none did.",
+    )
+    nodes: list[ClientNode] | None = Field(
+        default=None,
+        description="On a Ray cluster (`--cluster`): each node's workers, requests, clock "
+        "offset and lag; None on one host.",
+    )
+    degraded: bool = Field(
+        default=False,
+        description="True when a client node was lost during the level: its in-flight "
+        "requests are recorded client_lost and the rest of the level ran without it.",
     )
 
 
@@ -230,7 +272,9 @@ class LevelSummary(BaseModel):
     notes: list[str] = Field(default_factory=list, description="Caveats about this level.")
 
 
-StopReason = Literal["knee", "errors", "slo", "kv", "max", "levels", "behind", "capacity"]
+StopReason = Literal[
+    "knee", "errors", "slo", "kv", "max", "levels", "behind", "capacity", "client_lost"
+]
 
 
 class SweepStop(BaseModel):
@@ -240,8 +284,8 @@ class SweepStop(BaseModel):
 
     reason: StopReason = Field(
         description="knee, errors, slo, kv, max, levels (all run), behind (a tuning trial "
-        "stopped early, below the best trial so far), or capacity (the capacity search has "
-        "its answer)."
+        "stopped early, below the best trial so far), capacity (the capacity search has "
+        "its answer), or client_lost (a client node was lost and --on-node-loss stop)."
     )
     level: int | None = Field(description="The level that ended it; None when all ran.")
     explanation: str

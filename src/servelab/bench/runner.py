@@ -5,7 +5,8 @@ trace's own arrivals) round-robin;
 workers start together at an absolute time on the shared monotonic clock, set once every
 worker has acknowledged its phase. Records are
 handed to `on_records` as they arrive, so they can be written before the level ends.
-Ctrl-C stops the workers, keeps what finished, and marks the level interrupted.
+Ctrl-C stops the workers, keeps what finished, and marks the level interrupted. With a
+cluster (bench.cluster) the workers are Ray actors spread over its nodes, driven the same way.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -31,6 +32,9 @@ from servelab.bench.records import RequestRecord
 from servelab.bench.worker import EXIT, STOP, Phase, Start, worker_main
 from servelab.core.clock import NS_PER_S, now_ns
 from servelab.core.errors import ConfigError, ServelabError
+
+if TYPE_CHECKING:
+    from servelab.bench.cluster.fleet import ClientFleet
 
 __all__ = [
     "STREAMS_PER_WORKER",
@@ -58,8 +62,9 @@ class LevelOutcome:
     """Why `stop_when` ended the level early (the engine died), if it did."""
 
 
-def default_workers(level: LevelSpec) -> int:
-    """One worker per 256 streams (closed loop) or 64 requests/s (open loop), one per CPU.
+def default_workers(level: LevelSpec, *, cpus: int | None = None) -> int:
+    """One worker per 256 streams (closed loop) or 64 requests/s (open loop), at most one
+    per CPU (this machine's, or the `cpus` given).
 
     A trace's rate is its busiest second's, not its mean: a burst is what a worker must
     keep up with.
@@ -70,7 +75,7 @@ def default_workers(level: LevelSpec) -> int:
         wanted = math.ceil(_busiest_second(level.arrivals_ns) / RATE_PER_WORKER)
     else:
         wanted = math.ceil(level.value / RATE_PER_WORKER)
-    return max(1, min(os.cpu_count() or 1, wanted))
+    return max(1, min(cpus or os.cpu_count() or 1, wanted))
 
 
 def _busiest_second(arrivals_ns: Sequence[int]) -> int:
@@ -90,24 +95,28 @@ def run_level(
     on_event: Callable[[BenchEvent], None],
     stop_when: Callable[[], str | None] | None = None,
     sessions: Sequence[Conversation] | None = None,
+    cluster: ClientFleet | None = None,
 ) -> LevelOutcome:
     """Run the level's warm-up then its measured requests; never raises on Ctrl-C.
 
     `stop_when`, polled every 100 ms, ends the level early when it returns a reason.
     `sessions`, in a closed loop, replace `items`: each slot runs one conversation after
-    another.
+    another. `cluster` runs the workers on its nodes instead of this machine.
     """
     if sessions is not None and level.mode is not LoadMode.CONCURRENCY:
         raise ConfigError(
             "conversations run in a closed loop: a session is the unit of concurrency",
             hint="use --concurrency with --dataset conversation or --multi-turn",
         )
-    count = workers or default_workers(level)
+    if cluster is not None:
+        count = cluster.worker_count(level, workers)
+    else:
+        count = workers or default_workers(level)
     if level.mode is LoadMode.CONCURRENCY:
         count = min(count, int(level.value))
     collector = _Collector(level, on_records, on_event)
     collector.stop_when = stop_when
-    with _pool(count, endpoint) as pool:
+    with cluster.pool(count) if cluster is not None else _pool(count, endpoint) as pool:
         if warmup_items:
             on_event(LevelStarted(level, len(warmup_items), None, count, warmup=True))
             warm = _warmup_phases(level, warmup_items, count)

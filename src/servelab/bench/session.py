@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servelab import __version__
 from servelab.bench.capacity import CapacityPlan, CapacitySearch
+from servelab.bench.cluster import ClusterSpec, open_cluster
 from servelab.bench.conversation import Conversation
 from servelab.bench.endpoint import (
     DEFAULT_STALL_TIMEOUT_S,
@@ -49,6 +51,9 @@ from servelab.telemetry.gpu import GpuTrace
 from servelab.telemetry.logstats import LogStats
 from servelab.telemetry.process_cpu import EngineCpuMeter
 from servelab.telemetry.scrape import EngineTrace
+
+if TYPE_CHECKING:
+    from servelab.bench.cluster.fleet import ClientFleet
 
 __all__ = ["DEFAULT_WARMUP", "BenchConfig", "BenchOutcome", "default_num_requests", "run_bench"]
 
@@ -107,6 +112,8 @@ class BenchConfig:
     stop_early: Callable[[Sequence[LevelSummary]], SweepStop | None] | None = None
     """Asked after every level: a SweepStop ends the sweep there (a tuning trial that is
     already far behind the best one)."""
+    cluster: ClusterSpec | None = None
+    """Run the client's workers on a Ray cluster's nodes (bench.cluster), not this machine."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +169,7 @@ class _Session:
         self.capacity = CapacitySearch(config.capacity) if config.capacity is not None else None
         self.telemetry: TelemetrySession | None = None
         self.sent = SentPrompts()
+        self.fleet: ClientFleet | None = None
 
     def run(self, run_dir: RunDir | None) -> BenchOutcome:
         config = self.config
@@ -174,21 +182,28 @@ class _Session:
         )
         for note in preflight.notes:
             self.on_event(Notice(note))
-        counter = self._counter(preflight)
-        self.info = self._run_info(preflight, counter)
-        self.run_dir = run_dir or RunDir.create(
-            name=self.info.name, out=config.out, root=config.runs_root
-        )
-        self.on_event(Notice(f"results go to {self.run_dir.path}"))
-        try:
-            if not (config.gpus or config.metrics_url):
-                return self._run_levels(preflight, counter)
-            with TelemetrySession(
-                self.run_dir.path, gpus=config.gpus, metrics_url=config.metrics_url
-            ) as self.telemetry:
-                return self._run_levels(preflight, counter)
-        finally:
-            self.run_dir.close()
+        with self._cluster(preflight) as self.fleet:
+            counter = self._counter(preflight)
+            self.info = self._run_info(preflight, counter)
+            self.run_dir = run_dir or RunDir.create(
+                name=self.info.name, out=config.out, root=config.runs_root
+            )
+            self.on_event(Notice(f"results go to {self.run_dir.path}"))
+            try:
+                if not (config.gpus or config.metrics_url):
+                    return self._run_levels(preflight, counter)
+                with TelemetrySession(
+                    self.run_dir.path, gpus=config.gpus, metrics_url=config.metrics_url
+                ) as self.telemetry:
+                    return self._run_levels(preflight, counter)
+            finally:
+                self.run_dir.close()
+
+    def _cluster(self, preflight: Preflight) -> AbstractContextManager[ClientFleet | None]:
+        """The cluster's workers for the whole run (Ray loads only here), else nothing."""
+        if self.config.cluster is None:
+            return nullcontext()
+        return open_cluster(self.config.cluster, preflight.endpoint)
 
     def _run_levels(self, preflight: Preflight, counter: TokenCounter | None) -> BenchOutcome:
         self._save("running")
@@ -204,6 +219,9 @@ class _Session:
                     raise Interrupted("interrupted", run_dir=str(self.run_dir.path))
                 if (code := self._engine_exit_code()) is not None:
                     raise self._engine_died(spec, code)
+                if self.fleet is not None and (stop := self.fleet.sweep_stop(level)):
+                    self.stop = stop
+                    break
         except KeyboardInterrupt:
             self._save("interrupted")
             raise Interrupted("interrupted", run_dir=str(self.run_dir.path)) from None
@@ -340,6 +358,7 @@ class _Session:
             on_event=on_event,
             stop_when=self._engine_gone if self.engine_exit else None,
             sessions=sessions,
+            cluster=self.fleet,
         )
         if self._engine_exit_code() is not None:
             _blame_the_engine(outcome.records)
@@ -477,6 +496,7 @@ class _Session:
                 "timeout_s": c.timeout_s,
                 "stall_timeout_s": c.stall_timeout_s,
                 "workers": c.workers,
+                "cluster": c.cluster.address if c.cluster is not None else None,
             },
             notes=list(preflight.notes),
             applies=c.applies,

@@ -8,7 +8,9 @@ follows it, which the parent sends once every worker has acknowledged its phase:
 large phase that is slow to deliver then delays the start, not one worker's arrivals.
 Putting records and "done" on the same queue keeps them ordered. Workers ignore SIGINT,
 SIGTERM and SIGHUP: the parent decides what they mean and tells them to stop; and a
-worker whose parent died exits at once (nobody drains the queue any more).
+worker whose parent died exits at once (nobody drains the queue any more). A Ray actor
+runs the same `Worker` on a thread of its own (`serve`), its channels a queue and a list
+(bench.cluster.actor).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.queues import Queue
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -35,7 +37,7 @@ from servelab.bench.transport import ConnectionPool, Target
 from servelab.core.clock import NS_PER_S, now_ns
 from servelab.core.processes import die_with_parent
 
-__all__ = ["EXIT", "STOP", "Phase", "Start", "worker_main"]
+__all__ = ["EXIT", "STOP", "Commands", "Outbox", "Phase", "Start", "Worker", "serve", "worker_main"]
 
 STOP = "stop"
 EXIT = "exit"
@@ -64,6 +66,18 @@ class Phase:
     session's requests are numbered position x MAX_TURNS + turn."""
 
 
+class Commands(Protocol):
+    """Where a worker's commands come from (a pipe's end, or an actor's queue)."""
+
+    def recv(self) -> Any: ...
+
+
+class Outbox(Protocol):
+    """Where a worker's messages go (the pool's queue, or an actor's list)."""
+
+    def put(self, message: Any, /) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Start:
     """Begin the phase received last, at `start_ns` on the shared monotonic clock."""
@@ -78,16 +92,25 @@ def worker_main(
     die_with_parent(parent_pid)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
+    serve(Worker(worker, endpoint, commands, out))
+
+
+def serve(worker: Worker) -> None:
+    """Run `worker` on a new event loop in this thread (uvloop's where installed) until EXIT."""
+    factory = None
     with contextlib.suppress(ImportError):
         import uvloop
 
-        uvloop.install()
-    asyncio.run(_Worker(worker, endpoint, commands, out).serve())
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(worker.serve())
 
 
-class _Worker:
+class Worker:
+    """One event loop's share of the load: runs each phase it is sent, reports to `out`."""
+
     def __init__(
-        self, worker: int, endpoint: EndpointConfig, commands: Connection, out: Queue
+        self, worker: int, endpoint: EndpointConfig, commands: Commands, out: Outbox
     ) -> None:
         self.worker = worker
         self.endpoint = endpoint
@@ -96,9 +119,13 @@ class _Worker:
         self.inbox: asyncio.Queue[Any] = asyncio.Queue()
         self.stop = asyncio.Event()
         self.pending: list[RequestRecord] = []
+        self.in_flight: dict[int, tuple[int, RequestItem]] = {}
+        """Requests sent and not yet recorded: index -> (t_scheduled_ns, request)."""
         self.busy = _BusySpan()
         self.count_tokens = _output_counter(endpoint)
         self.target = Target.parse(endpoint.url)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The loop `serve` runs on, once it runs."""
 
     def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
         """A thread blocking on the pipe: phases can be larger than a pipe buffer."""
@@ -116,8 +143,17 @@ class _Worker:
             self.stop.set()
         self.inbox.put_nowait(message)
 
+    def checkpoint(self) -> dict[int, tuple[int, RequestItem]]:
+        """Hand the finished records to the outbox; return the requests still in flight.
+
+        Called on the worker's loop, so that every request sent is in exactly one of the
+        two: what a lost node leaves unrecorded is then what was in flight.
+        """
+        self._flush()
+        return dict(self.in_flight)
+
     async def serve(self) -> None:
-        loop = asyncio.get_running_loop()
+        self.loop = loop = asyncio.get_running_loop()
         threading.Thread(target=self._listen, args=(loop,), daemon=True).start()
         self.pool = ConnectionPool()
         try:
@@ -177,6 +213,7 @@ class _Worker:
 
     async def _one(self, phase: Phase, index: int, item: RequestItem, t_scheduled_ns: int) -> None:
         self.busy.sent()
+        self.in_flight[index] = (t_scheduled_ns, item)
         record = await send_request(
             self.pool,
             self.target,
@@ -190,6 +227,7 @@ class _Worker:
             count_tokens=self.count_tokens,
         )
         self.busy.completed()
+        del self.in_flight[index]
         self.pending.append(record)
 
     async def _session(
@@ -208,6 +246,8 @@ class _Worker:
             item = next_request(history, k, first_of_run=first)
             reply: list[str] = []
             self.busy.sent()
+            t_scheduled = now_ns()
+            self.in_flight[position * MAX_TURNS + k] = (t_scheduled, item)
             record = await send_request(
                 self.pool,
                 self.target,
@@ -217,11 +257,12 @@ class _Worker:
                 level=phase.level,
                 warmup=phase.warmup,
                 worker=self.worker,
-                t_scheduled_ns=now_ns(),
+                t_scheduled_ns=t_scheduled,
                 count_tokens=self.count_tokens,
                 reply=reply,
             )
             self.busy.completed()
+            del self.in_flight[position * MAX_TURNS + k]
             record.session, record.turn = conversation.session, k
             self.pending.append(record)
             if not record.ok:
