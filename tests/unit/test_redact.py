@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from servelab.core import redact
@@ -136,3 +138,22 @@ def test_registered_values_are_scrubbed_anywhere():
 def test_scrub_bytes_leaves_clean_data_alone():
     data = b'{"a": 1}\n'
     assert scrub_bytes(data) is data
+
+
+def test_a_secret_that_reads_like_a_number_never_breaks_a_json_file(tmp_path):
+    """A key of digits (or a test's "0.00") once turned "kv_usage_max": 0.0063 into
+    ***63 in summary.json, which no reader could parse again: JSON files are scrubbed in
+    their strings only."""
+    from servelab.store import RunDir
+
+    register_secret("0.00")
+    register_secret("sk-planted-0123")
+    run = RunDir.create(name="t", out=tmp_path / "run")
+    run.write_json("summary.json", {"kv_usage_max": 0.0063, "note": "key sk-planted-0123"})
+    run.append_jsonl("rows.jsonl", [{"t": 10.0042, "error": 'bad "0.00"'}])
+    assert json.loads((tmp_path / "run" / "summary.json").read_text()) == {
+        "kv_usage_max": 0.0063,
+        "note": f"key {MASK}",
+    }
+    row = json.loads((tmp_path / "run" / "rows.jsonl").read_text())
+    assert row == {"t": 10.0042, "error": f'bad "{MASK}"'}

@@ -28,6 +28,7 @@ __all__ = [
     "registered_secrets",
     "scrub",
     "scrub_bytes",
+    "scrub_json",
     "scrub_values",
 ]
 
@@ -95,6 +96,18 @@ def scrub_bytes(data: bytes) -> bytes:
     if not registered_secrets() and b"@" not in data:
         return data
     return scrub(data.decode(errors="surrogateescape")).encode(errors="surrogateescape")
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+
+
+def scrub_json(data: bytes) -> bytes:
+    """`scrub_bytes` of JSON text's string literals only: a registered secret that reads
+    like part of a number (a key of digits, "0.00") never turns a number into invalid
+    JSON. A secret inside a string is masked as everywhere else."""
+    if not registered_secrets() and b"@" not in data:
+        return data
+    return _JSON_STRING.sub(lambda match: scrub_bytes(match.group(0)), data)
 
 
 def redact_url(url: str) -> str:

@@ -23,7 +23,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from servelab.core.errors import ConfigError
-from servelab.core.redact import scrub_bytes
+from servelab.core.redact import scrub_bytes, scrub_json
 
 __all__ = [
     "DEFAULT_RUNS_DIR",
@@ -193,7 +193,7 @@ class RunDir:
         handle = self._files.get(filename)
         if handle is None:
             handle = self._files[filename] = (self.path / filename).open("ab")
-        handle.write(scrub_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows)))
+        handle.write(scrub_json(b"".join(orjson.dumps(row) + b"\n" for row in rows)))
         handle.flush()
 
     def write_json(self, filename: str, document: Any) -> Path:
@@ -203,15 +203,20 @@ class RunDir:
             if isinstance(document, BaseModel)
             else document
         )
-        return self.write_bytes(filename, orjson.dumps(payload, option=orjson.OPT_INDENT_2))
+        return self._replace(
+            filename, scrub_json(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
+        )
 
     def write_text(self, filename: str, text: str) -> Path:
         return self.write_bytes(filename, text.encode())
 
     def write_bytes(self, filename: str, data: bytes) -> Path:
+        return self._replace(filename, scrub_bytes(data))
+
+    def _replace(self, filename: str, data: bytes) -> Path:
         target = self.path / filename
         tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_bytes(scrub_bytes(data))
+        tmp.write_bytes(data)
         os.replace(tmp, target)
         return target
 
