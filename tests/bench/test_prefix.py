@@ -81,3 +81,12 @@ def test_the_block_size_comes_from_the_command_then_the_engine_then_its_default(
     assert block_tokens_from("sglang", None)[0] == 1
     block, source = block_tokens_from(None, None)
     assert block == 1 and "unknown" in source
+
+
+def test_an_engine_that_counts_no_query_hit_nothing():
+    """vLLM with its prefix cache off counts no query at all: its rate is 0, not unknown."""
+    engine = EngineLevel(
+        available=True, engine="vllm", prefix_cache_queries=0.0, prefix_cache_hits=0.0
+    )
+    level = prefix_cache_level([_record(0, 64, 0), _record(1, 64, 48)], engine, 16, "t")
+    assert level is not None and level.hit_rate == 0.0 and level.ideal_hit_rate == 0.375

@@ -130,6 +130,14 @@ def prefix_cache_level(
         ideal_hit_rate=shareable / prompt if prompt else None,
         queries=queries,
         hits=hits,
-        hit_rate=engine.prefix_cache_hit_rate if engine is not None else None,
+        hit_rate=_measured_rate(queries, hits),
         engine=engine.engine if engine is not None and queries is not None else None,
     )
+
+
+def _measured_rate(queries: float | None, hits: float | None) -> float | None:
+    """hits / queries; 0 where the engine counts and was asked nothing (vLLM with its
+    prefix cache off counts no query); None without its counters."""
+    if queries is None or hits is None:
+        return None
+    return hits / queries if queries > 0 else 0.0
