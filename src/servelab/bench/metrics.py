@@ -85,11 +85,11 @@ def compute_level(
     failed = [r for r in live if not r.ok]
 
     duration_s = _duration_s(live)
-    ttft = [_ttft_ns(r) for r in done]
+    ttft = [r.ttft_ns for r in done]
     ttft_ms = [t / NS_PER_MS for t in ttft if t is not None]
-    e2e_ms = [_e2e_ns(r) / NS_PER_MS for r in done]
+    e2e_ms = [r.e2e_ns / NS_PER_MS for r in done]
     tpot_ms = [
-        (_e2e_ns(r) - t) / NS_PER_MS / (r.output_tokens - 1)
+        (r.e2e_ns - t) / NS_PER_MS / (r.output_tokens - 1)
         for r, t in zip(done, ttft, strict=True)
         if t is not None and r.output_tokens > 1
     ]
@@ -189,15 +189,6 @@ def _first_errors(failed: Sequence[RequestRecord]) -> dict[str, str]:
     return examples
 
 
-def _ttft_ns(r: RequestRecord) -> int | None:
-    return r.chunk_offsets_ns[0] if r.chunk_offsets_ns else None
-
-
-def _e2e_ns(r: RequestRecord) -> int:
-    """Last text chunk minus t_send; a non-streamed response ends when its body does."""
-    return r.chunk_offsets_ns[-1] if r.chunk_offsets_ns else r.t_end_ns - r.t_send_ns
-
-
 def _duration_s(records: Sequence[RequestRecord]) -> float:
     if not records:
         return 0.0
@@ -277,15 +268,15 @@ def _max_tokens_in_a_second(done: Sequence[RequestRecord], live: Sequence[Reques
 def _single_stream(done: Sequence[RequestRecord], level: LevelSpec) -> float | None:
     if level.concurrency != 1 or not done:
         return None
-    rates = [r.output_tokens / (_e2e_ns(r) / NS_PER_S) for r in done if _e2e_ns(r) > 0]
+    rates = [r.output_tokens / (r.e2e_ns / NS_PER_S) for r in done if r.e2e_ns > 0]
     return float(np.mean(rates)) if rates else None
 
 
 def slo_values_ms(record: RequestRecord) -> dict[str, float | None]:
     """A completed request's TTFT, TPOT and E2E in ms, by SLO key; None where undefined
     (TTFT without streaming, TPOT of a one-token reply)."""
-    ttft = _ttft_ns(record)
-    e2e = _e2e_ns(record)
+    ttft = record.ttft_ns
+    e2e = record.e2e_ns
     return {
         "ttft": None if ttft is None else ttft / NS_PER_MS,
         "e2e": e2e / NS_PER_MS,

@@ -95,6 +95,18 @@ class RequestRecord:
     error: str | None = None
     http_status: int | None = None
 
+    @property
+    def ttft_ns(self) -> int | None:
+        """First chunk carrying generated text minus t_send; None without one."""
+        return self.chunk_offsets_ns[0] if self.chunk_offsets_ns else None
+
+    @property
+    def e2e_ns(self) -> int:
+        """Last text chunk minus t_send; a non-streamed response ends when its body does."""
+        return (
+            self.chunk_offsets_ns[-1] if self.chunk_offsets_ns else self.t_end_ns - self.t_send_ns
+        )
+
     def to_json(self) -> dict[str, Any]:
         """A plain dict for requests.jsonl (enums as their values)."""
         return {name: getattr(self, name) for name in self.__slots__}

@@ -48,14 +48,11 @@ def turn_stats(records: Sequence[RequestRecord]) -> list[TurnStats] | None:
 
 
 def _stats(turn: int, records: list[RequestRecord]) -> TurnStats:
-    ttfts = [r.chunk_offsets_ns[0] / NS_PER_MS for r in records if r.chunk_offsets_ns]
+    ttfts = [t / NS_PER_MS for r in records if (t := r.ttft_ns) is not None]
     inputs = [
         tokens for r in records if (tokens := r.prompt_tokens or r.input_tokens_target) is not None
     ]
-    e2e = [
-        (r.chunk_offsets_ns[-1] if r.chunk_offsets_ns else r.t_end_ns - r.t_send_ns) / NS_PER_MS
-        for r in records
-    ]
+    e2e = [r.e2e_ns / NS_PER_MS for r in records]
     return TurnStats(
         turn=turn,
         completed=len(records),
