@@ -277,3 +277,19 @@ def test_the_prefix_cache_counters_and_vllms_cache_config_are_read():
     off = VLLM_PREFIX_PAGE.replace('enable_prefix_caching="True"', 'enable_prefix_caching="False"')
     assert parse_metrics(off).cache_config() == (128, False)
     assert parse_metrics("vllm:num_requests_running 1\n").cache_config() == (None, None)
+
+
+def test_a_declared_counter_without_samples_counts_zero():
+    """SGLang declares its cached-token counter before its first hit: 0 hits, not unknown."""
+    page = (
+        "# HELP sglang:cached_tokens_total Cached prompt tokens.\n"
+        "# TYPE sglang:cached_tokens_total counter\n"
+        'sglang:prompt_tokens_total{model_name="m"} 640.0\n'
+    )
+    parsed = parse_metrics(page)
+    assert parsed.value("prefix_hits_total") == 0.0
+    assert parsed.value("prefix_queries_total") == 640.0
+    assert (
+        parse_metrics('sglang:prompt_tokens_total{model_name="m"} 1\n').value("prefix_hits_total")
+        is None
+    )

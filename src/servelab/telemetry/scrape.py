@@ -212,6 +212,11 @@ def parse_metrics(text: str) -> ParsedMetrics:
     known = "\n".join(_known_lines(text)) + "\n"
     for family in text_string_to_metric_families(known):
         engines.add(family.name.split(":", 1)[0])
+        declared = f"{family.name}_total"
+        if family.type == "counter" and not family.samples and declared in _KNOWN_SAMPLES:
+            # A labelled counter is declared before its first increment (SGLang's cached
+            # tokens until the first hit): it counts nothing yet, which is 0, not unknown.
+            raw[declared] = [({}, 0.0)]
         for sample in family.samples:
             if sample.name in _KNOWN_SAMPLES:
                 raw.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
