@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from servelab.bench.records import RequestRecord
+from servelab.engines.knobs import flag_value
 from servelab.telemetry.summary import EngineLevel
 
 __all__ = [
@@ -80,14 +81,10 @@ def block_tokens_from(
 ) -> tuple[int, str]:
     """The cache's block size and where it came from: the launch command's flag, what the
     engine reported about itself, its default, or one token where the engine is unknown."""
-    args = list(command or ())
     for flag in _BLOCK_FLAGS:
-        for i, arg in enumerate(args):
-            value = args[i + 1] if arg == flag and i + 1 < len(args) else None
-            if arg.startswith(f"{flag}="):
-                value = arg.split("=", 1)[1]
-            if value is not None and value.isdigit() and int(value) > 0:
-                return int(value), f"engine command: {flag} {value}"
+        value = flag_value(command or (), flag)
+        if value is not None and value.isdigit() and int(value) > 0:
+            return int(value), f"engine command: {flag} {value}"
     if reported is not None and reported > 0:
         return reported, "the engine's own report"
     key = f"{engine}-cpu" if engine == "vllm" and cpu else engine

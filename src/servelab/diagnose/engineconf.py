@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from servelab.engines.knobs import FlagRule
+from servelab.engines.knobs import FlagRule, flag_value
 from servelab.engines.signatures import EventKind, LogEvent
 from servelab.engines.transformers_serve import CB_BLOCK_TOKENS
 
@@ -214,7 +214,7 @@ def _resolved(
             command, rule
         )
         if setting is None:
-            text = _value_of(command, flags[0]) if len(flags := _flags_of(rule)) == 2 else None
+            text = flag_value(command, flags[0]) if len(flags := _flags_of(rule)) == 2 else None
             setting = Setting(text, f"engine command: {flags[0]} {text}") if text else None
         if setting is not None:
             found[name] = setting
@@ -247,11 +247,11 @@ def _kv_from_command(engine: str | None, command: list[str]) -> Setting[int] | N
     which = knob_engine(engine)
     flag = _TOKEN_FLAGS.get(which or "")
     if flag is not None:
-        text = _value_of(command, flag)
+        text = flag_value(command, flag)
         if text is not None and text.isdigit():
             return Setting(int(text), f"engine command: {flag} {text}")
     if which == "transformers":
-        text = _value_of(command, _TF_BLOCKS_FLAG)
+        text = flag_value(command, _TF_BLOCKS_FLAG)
         block = _block_tokens(engine, command)
         if text is not None and text.isdigit() and block is not None:
             return Setting(
@@ -261,22 +261,13 @@ def _kv_from_command(engine: str | None, command: list[str]) -> Setting[int] | N
     return None
 
 
-def _value_of(command: list[str], flag: str) -> str | None:
-    for i, word in enumerate(command):
-        if word == flag and i + 1 < len(command):
-            return command[i + 1]
-        if word.startswith(flag + "="):
-            return word.split("=", 1)[1]
-    return None
-
-
 def _int_from_command(command: list[str], rule: FlagRule | None) -> Setting[int] | None:
     if rule is None:
         return None
     flags = rule(0)
     if len(flags) != 2:  # a switch, not `--flag VALUE`
         return None
-    text = _value_of(command, flags[0])
+    text = flag_value(command, flags[0])
     if text is None or not text.lstrip("-").isdigit():
         return None
     return Setting(int(text), f"engine command: {flags[0]} {text}")
@@ -300,7 +291,7 @@ def _graphs_default(
     if rule is None or not command:
         return None
     if knob_engine(engine) == "transformers":
-        attention = _value_of(command, _TF_ATTENTION_FLAG) or ""
+        attention = flag_value(command, _TF_ATTENTION_FLAG) or ""
         if "flash" in attention:
             return None  # graphs on where a graph backend exists: not known from here
         return Setting(
@@ -352,7 +343,7 @@ def _block_tokens(engine: str | None, command: list[str]) -> int | None:
     """transformers' tokens per block (its `page_size`): the command's, else its default."""
     if knob_engine(engine) != "transformers":
         return None
-    text = _value_of(command, _TF_BLOCK_FLAG)
+    text = flag_value(command, _TF_BLOCK_FLAG)
     return int(text) if text is not None and text.isdigit() and int(text) > 0 else CB_BLOCK_TOKENS
 
 
@@ -461,7 +452,7 @@ def _graph_batch_from_command(
     words: list[str] = []
     found_flag, maximum, sizes = None, None, []
     for flag in flags.maximum:
-        text = _value_of(command, flag)
+        text = flag_value(command, flag)
         if text is not None and text.isdigit():
             found_flag, maximum = flag, int(text)
             words.append(f"{flag} {text}")
@@ -490,10 +481,10 @@ def _from_config(
 ) -> tuple[Setting[int], str] | None:
     """The largest batch in a JSON config flag (or its dotted `flag.key=N` form)."""
     dotted = ".".join((*flags.path, flags.config_max))
-    text = _value_of(command, f"{flag}.{dotted}")
+    text = flag_value(command, f"{flag}.{dotted}")
     if text is not None and text.isdigit():
         return Setting(int(text), f"engine command: {flag}.{dotted} {text}"), flag
-    text = _value_of(command, flag)
+    text = flag_value(command, flag)
     if text is None:
         return None
     try:

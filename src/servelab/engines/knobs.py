@@ -9,13 +9,13 @@ flag, so the command stays the one a person would write.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from servelab.core.errors import ConfigError
 from servelab.engines.base import EngineSpec
 
-__all__ = ["FlagRule", "map_knobs", "map_layout", "switch", "value"]
+__all__ = ["FlagRule", "flag_value", "map_knobs", "map_layout", "switch", "value"]
 
 FlagRule = Callable[[Any], list[str]]
 """A knob's value to the flags that say it."""
@@ -78,3 +78,13 @@ def _text(given: Any) -> str:
     if isinstance(given, float):
         return repr(given)
     return str(given)
+
+
+def flag_value(command: Sequence[str], flag: str) -> str | None:
+    """The value a command line gives `flag` (`--flag VALUE` or `--flag=VALUE`), or None."""
+    for i, word in enumerate(command):
+        if word == flag and i + 1 < len(command):
+            return command[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return None
