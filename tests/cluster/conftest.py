@@ -63,8 +63,11 @@ class RayCluster:
         return self.cluster.add_node(**_NODE, env_vars=env or None)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_cluster() -> Iterator[RayCluster]:
+    """Two nodes on 127.0.0.1, stopped when this folder's tests end: a cluster left idle
+    through the rest of the suite takes CPU from every timing test after it (a CI run read
+    a 57% wander between two identical runs, and a looser TTFT at vLLM's running cap)."""
     ray = require_module("ray")
     from ray.cluster_utils import Cluster
 
