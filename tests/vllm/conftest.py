@@ -245,6 +245,7 @@ def _start(spec: EngineSpec, log_path: Path, what: str) -> Iterator[VllmEngine]:
     started = time.monotonic()
     watched = launch_watched(spec, log_path=log_path)
     engine = VllmEngine(watched, time.monotonic() - started)
+    lower_the_schedulers_priority(watched.engine.pgid)
     running = engine.engine
     try:
         yield engine
@@ -254,6 +255,32 @@ def _start(spec: EngineSpec, log_path: Path, what: str) -> Iterator[VllmEngine]:
     port = int(running.url.rsplit(":", 1)[1])
     left = leftovers(running.pgid, host, port, before)
     assert not left, f"{what}: {'; '.join(left)}"
+
+
+SCHEDULER_NICE = 10
+
+
+def lower_the_schedulers_priority(pgid: int) -> None:
+    """Every thread of the engine's `VLLM::EngineCore` at nice 10. The scheduler process
+    polls for its worker's output in a spin of sched_yield; on two cores, one taken by the
+    bound worker, it shares the other with vLLM's API server and the load generator and
+    starves them: a streamed 256-token reply came in one burst at its end in 3 of 9
+    requests (TTFT 370 ms, TPOT 0), and a CI run read a p90 TTFT at the running cap of
+    450 ms. At nice 10, 12 of 12 streamed (TTFT 14-44 ms, the largest gap 6 ms without
+    contention); the steps are slower (2.9 ms against 1.5 ms a token), which every test
+    here measures alike."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) != pgid:
+                continue
+            if not (entry / "cmdline").read_bytes().startswith(b"VLLM::EngineCore"):
+                continue
+            for task in (entry / "task").iterdir():
+                os.setpriority(os.PRIO_PROCESS, int(task.name), SCHEDULER_NICE)
+        except OSError:
+            continue
 
 
 _started = contextlib.contextmanager(_start)
