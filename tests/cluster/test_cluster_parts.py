@@ -171,3 +171,19 @@ def test_cli_refuses_bad_cluster_options_in_one_line(args, line):
     result = CliRunner().invoke(app, ["bench", "--url", "http://127.0.0.1:9", *args])
     assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.stderr
     assert line in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "line"),
+    [
+        (["run", "--url", "http://127.0.0.1:9"], ["--no-driver-node"], "apply to --cluster"),
+        (["run", "--url", "http://127.0.0.1:9"], ["--cluster", "x"], "is not a Ray address"),
+        (["tune", "run", "space.yaml"], ["--on-node-loss", "stop"], "apply to --cluster"),
+        (["tune", "join", "s", "--storage", "sqlite://"], ["--cluster", "ray://h"], "not a Ray"),
+    ],
+)
+def test_run_and_tune_refuse_bad_cluster_options_in_one_line(command, args, line):
+    """`run` and `tune` check the same options the same way, before anything starts."""
+    result = CliRunner().invoke(app, [*command, *args])
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert line in result.stderr and "Traceback" not in result.stderr

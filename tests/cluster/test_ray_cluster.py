@@ -21,6 +21,7 @@ from servelab.bench.events import LevelStarted
 from servelab.bench.load import LoadMode, arrival_offsets_ns
 from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.workload import WorkloadSpec
+from servelab.core.clock import now_ns
 from servelab.sim import read_truth
 from tests.cluster.conftest import SHIFT_NS, ray_pids
 from tests.conftest import SERVELAB
@@ -183,6 +184,53 @@ def test_a_node_killed_mid_level_is_recorded_and_later_levels_run_without_it(
     assert first.completed > 0
     assert len(second.client.nodes) == 2 and second.failed == 0 and second.completed > 0
     assert lost[0].node not in {n.node for n in second.client.nodes}
+
+
+def test_an_open_loop_node_lost_leaves_no_arrival_it_was_due_to_send_unrecorded(
+    ray_cluster, start_sim, tmp_path
+):
+    """Three workers, one per node, at 120 req/s drawn once; the third node is killed
+    mid-level. Every arrival the victim was due to send before it died is a record: sent
+    and finished (ok), in flight at its last report, or due after that report (all three
+    kinds of client_lost record from the driver's schedule), so its records are its
+    share's first arrivals with none missing, up to the kill and past it."""
+    victim = ray_cluster.add_node()
+    sim = start_sim(ttft_ms=5, itl_ms=2)
+    killed: list[int] = []
+
+    def kill():
+        killed.append(now_ns())
+        ray_cluster.cluster.remove_node(victim, False)
+
+    def kill_once_started(event):
+        if isinstance(event, LevelStarted) and not event.warmup:
+            threading.Timer(1.5, kill).start()
+
+    count, rate = 480, 120.0
+    summary, records = bench(
+        sim.url,
+        tmp_path / "run",
+        mode=LoadMode.REQUEST_RATE,
+        levels=[rate],
+        num_requests=count,
+        cluster=ClusterSpec(address="auto", workers_per_node=1),
+        workload=WorkloadSpec(input_len=16, output_len=4),
+        run={"on_event": kill_once_started},
+    )
+    (level,) = summary.levels
+    assert level.client.degraded and killed
+    gone = [r for r in records if r["error_kind"] == "client_lost"]
+    (lost_worker,) = {r["worker"] for r in gone}
+    planned = arrival_offsets_ns(rate, burstiness=1.0, seed=0, count=count)
+    ok = next(r for r in records if r["ok"])
+    t_start = ok["t_scheduled_ns"] - planned[ok["index"]]
+    mine = sorted(r["index"] for r in records if r["worker"] == lost_worker)
+    share = range(mine[0], count, 3)  # arrival j to worker j mod 3
+    assert mine == list(share[: len(mine)])  # a prefix of its share: none skipped
+    due_before_kill = [j for j in share if t_start + planned[j] <= killed[0]]
+    assert set(due_before_kill) <= set(mine)
+    survivors = [r for r in records if r["worker"] != lost_worker]
+    assert len(survivors) == count - len(share) and all(r["ok"] for r in survivors)
 
 
 def test_an_endpoint_a_node_cannot_reach_fails_with_the_node_named(ray_cluster):

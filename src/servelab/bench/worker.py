@@ -121,6 +121,8 @@ class Worker:
         self.pending: list[RequestRecord] = []
         self.in_flight: dict[int, tuple[int, RequestItem]] = {}
         """Requests sent and not yet recorded: index -> (t_scheduled_ns, request)."""
+        self.dispatched = 0
+        """Open loop: the phase's items sent so far (the rest are still to come)."""
         self.busy = _BusySpan()
         self.count_tokens = _output_counter(endpoint)
         self.target = Target.parse(endpoint.url)
@@ -164,6 +166,7 @@ class Worker:
                     break
                 if isinstance(message, Phase):
                     self.stop.clear()
+                    self.dispatched = 0
                     self.out.put(("ack", self.worker))
                     start = await self.inbox.get()
                     if start == EXIT:
@@ -337,6 +340,7 @@ class Worker:
             if self.stop.is_set():
                 return
             task = asyncio.create_task(self._one(phase, index, item, due))
+            self.dispatched += 1
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         while tasks:

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from servelab.bench.cluster import ClusterSpec, OnNodeLoss, parse_cluster_address
+from servelab.bench.cluster import OnNodeLoss
 from servelab.bench.conversation import ConversationSpec, parse_turns
 from servelab.bench.endpoint import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, Api
 from servelab.bench.load import LoadMode
@@ -26,6 +26,7 @@ from servelab.bench.workload import (
     WorkloadSpec,
     parse_dataset,
 )
+from servelab.cli.cluster_options import Cluster, DriverNode, NodeLoss, WorkersPerNode, cluster_spec
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
 from servelab.cli.options import (
     AppliesFinding,
@@ -183,29 +184,10 @@ def bench(
             " per node)."
         ),
     ] = None,
-    cluster: Annotated[
-        str | None,
-        typer.Option(
-            metavar="ADDRESS",
-            help="Run the client's workers as Ray actors spread over a cluster's nodes:"
-            " ray://HOST:PORT (Ray Client) or auto (the cluster this machine is a node of)."
-            " Needs servelab\\[cluster] here and on every node; see docs/CLUSTER.md.",
-        ),
-    ] = None,
-    workers_per_node: Annotated[
-        int | None,
-        typer.Option(help="--cluster: client workers on every node, in place of --workers."),
-    ] = None,
-    driver_node: Annotated[
-        bool, typer.Option(help="--cluster: also run workers on the node of this machine.")
-    ] = True,
-    on_node_loss: Annotated[
-        OnNodeLoss,
-        typer.Option(
-            help="--cluster: after a level that lost a node (kept, marked degraded), run the"
-            " later levels on the nodes left, or stop the sweep."
-        ),
-    ] = OnNodeLoss.CONTINUE,
+    cluster: Cluster = None,
+    workers_per_node: WorkersPerNode = None,
+    driver_node: DriverNode = True,
+    on_node_loss: NodeLoss = OnNodeLoss.CONTINUE,
     extra_body: Annotated[
         str | None, typer.Option(help="JSON object merged into every request body.")
     ] = None,
@@ -278,7 +260,13 @@ def bench(
         check_range("--range-ratio", range_ratio, low=0, high=1, low_inclusive=False)
         check_range("--shared-prefix-len", shared_prefix_len, low=0)
         check_range("--workers", workers, low=1)
-        cluster_spec = _cluster(cluster, workers, workers_per_node, driver_node, on_node_loss)
+        cluster_at = cluster_spec(
+            cluster,
+            workers=workers,
+            workers_per_node=workers_per_node,
+            driver_node=driver_node,
+            on_node_loss=on_node_loss,
+        )
         conversation = _conversation(dataset_name, multi_turn, turns, think_time)
         if conversation is not None and mode is not LoadMode.CONCURRENCY:
             raise ConfigError(
@@ -320,7 +308,7 @@ def bench(
             stall_timeout_s=parse_duration_s(stall_timeout, what="--stall-timeout"),
             slo_ms=parse_slos(slo) if slo else None,
             workers=workers,
-            cluster=cluster_spec,
+            cluster=cluster_at,
             extra_body=parse_extra_body(extra_body),
             name=name,
             out=out,
@@ -394,32 +382,6 @@ def _conversation(
         return None
     think = parse_duration_s(think_time, what="--think-time") if think_time else 0.0
     return ConversationSpec(turns=parse_turns(turns), think_time_s=think)
-
-
-def _cluster(
-    address: str | None,
-    workers: int | None,
-    workers_per_node: int | None,
-    driver_node: bool,
-    on_node_loss: OnNodeLoss,
-) -> ClusterSpec | None:
-    """The cluster the workers run on, its options checked; None without --cluster."""
-    if address is None:
-        defaults = (workers_per_node, driver_node, on_node_loss)
-        if defaults != (None, True, OnNodeLoss.CONTINUE):
-            raise ConfigError(
-                "--workers-per-node, --no-driver-node and --on-node-loss apply to --cluster"
-            )
-        return None
-    if workers is not None and workers_per_node is not None:
-        raise ConfigError("give --workers (the total) or --workers-per-node, not both")
-    check_range("--workers-per-node", workers_per_node, low=1)
-    return ClusterSpec(
-        address=parse_cluster_address(address),
-        workers_per_node=workers_per_node,
-        driver_node=driver_node,
-        on_node_loss=on_node_loss,
-    )
 
 
 def _refuse_with_a_trace(**given: bool) -> None:

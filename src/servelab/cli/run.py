@@ -16,10 +16,12 @@ from servelab.bench.capacity import (
     DEFAULT_REMEASURES,
     DEFAULT_TOLERANCE,
 )
+from servelab.bench.cluster import OnNodeLoss
 from servelab.bench.load import LoadMode
 from servelab.bench.sweep import DEFAULT_MAX_CONCURRENCY
 from servelab.bench.workload import parse_dataset
 from servelab.cli.bench import print_failures
+from servelab.cli.cluster_options import Cluster, DriverNode, NodeLoss, WorkersPerNode, cluster_spec
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
 from servelab.cli.options import (
     AppliesFinding,
@@ -137,6 +139,10 @@ def run(
     num_requests: NumRequests = None,
     duration: Duration = None,
     gpus: Gpus = None,
+    cluster: Cluster = None,
+    workers_per_node: WorkersPerNode = None,
+    driver_node: DriverNode = True,
+    on_node_loss: NodeLoss = OnNodeLoss.CONTINUE,
     metrics: ScrapeMetrics = True,
     torch_profile: Annotated[
         int | None,
@@ -161,6 +167,7 @@ def run(
 
     With --engine SPEC: the same on the engine the spec launches; with --url: on a running
     endpoint. With --slo ... --capacity: the highest load that meets the SLO, searched.
+    With --cluster: the load comes from client workers on a Ray cluster's nodes.
     """
     out_console = Console()
     err = Console(stderr=True)
@@ -224,6 +231,12 @@ def run(
             gpus=resolve_gpus(gpus) if gpus else [],
             metrics=metrics,
             torch_profile=float(torch_profile) if torch_profile is not None else None,
+            cluster=cluster_spec(
+                cluster,
+                workers_per_node=workers_per_node,
+                driver_node=driver_node,
+                on_node_loss=on_node_loss,
+            ),
             targets=[parse_target(t) for t in target or []],
             title=title,
         )

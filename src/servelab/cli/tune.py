@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from servelab.bench.cluster import ClusterSpec, OnNodeLoss
+from servelab.cli.cluster_options import Cluster, DriverNode, NodeLoss, WorkersPerNode, cluster_spec
 from servelab.cli.exit_codes import ExitCode, handle_errors
 from servelab.cli.options import Gpus, RunsDir
 from servelab.cli.progress import SweepView
@@ -79,6 +81,10 @@ def run(
     runs_dir: RunsDir = DEFAULT_RUNS_DIR,
     gpus: Gpus = None,
     heartbeat: Heartbeat = "30s",
+    cluster: Cluster = None,
+    workers_per_node: WorkersPerNode = None,
+    driver_node: DriverNode = True,
+    on_node_loss: NodeLoss = OnNodeLoss.CONTINUE,
     confirm: Annotated[
         int,
         typer.Option(
@@ -96,18 +102,25 @@ def run(
     Rerun the same command to continue it (finished trials are kept); start `servelab tune
     join NAME --storage URL` on other hosts to share it. Writes study.json, best.yaml,
     best-command.txt and report.html / report.md in the study folder; every trial is a run
-    directory under trials/. Exit codes: 0 a best trial; 3 no trial met the constraints;
+    directory under trials/. With --cluster, each trial's load comes from client workers
+    on a Ray cluster's nodes. Exit codes: 0 a best trial; 3 no trial met the constraints;
     2 bad input; 130 interrupted (finished trials kept).
     """
     from servelab.tune.space import load_space
 
     err = Console(stderr=True)
     with handle_errors(err):
+        at = cluster_spec(
+            cluster,
+            workers_per_node=workers_per_node,
+            driver_node=driver_node,
+            on_node_loss=on_node_loss,
+        )
         _quiet_optuna()
         space = load_space(space_file)
         if study is not None:
             space = space.model_copy(update={"name": _study_name(study)})
-        config = _worker(storage, trials, time_budget, out, runs_dir, gpus, heartbeat)
+        config = _worker(storage, trials, time_budget, out, runs_dir, gpus, heartbeat, at)
         if confirm:
             from dataclasses import replace
 
@@ -131,6 +144,10 @@ def join(
     runs_dir: RunsDir = DEFAULT_RUNS_DIR,
     gpus: Gpus = None,
     heartbeat: Heartbeat = "30s",
+    cluster: Cluster = None,
+    workers_per_node: WorkersPerNode = None,
+    driver_node: DriverNode = True,
+    on_node_loss: NodeLoss = OnNodeLoss.CONTINUE,
     no_report: NoReport = False,
     json_output: Json = False,
 ) -> None:
@@ -139,7 +156,13 @@ def join(
     err = Console(stderr=True)
     with handle_errors(err):
         _quiet_optuna()
-        config = _worker(storage, trials, time_budget, out, runs_dir, gpus, heartbeat)
+        at = cluster_spec(
+            cluster,
+            workers_per_node=workers_per_node,
+            driver_node=driver_node,
+            on_node_loss=on_node_loss,
+        )
+        config = _worker(storage, trials, time_budget, out, runs_dir, gpus, heartbeat, at)
         from servelab.tune.study import join_study
 
         with _Progress(err) as view:
@@ -313,6 +336,7 @@ def _worker(
     runs_dir: Path,
     gpus: str | None,
     heartbeat: str,
+    cluster: ClusterSpec | None,
 ) -> Any:
     from servelab.probe.collect import run_probe
     from servelab.telemetry import resolve_gpus
@@ -333,6 +357,7 @@ def _worker(
         telemetry_gpus=resolve_gpus(gpus) if gpus else [],
         command=["servelab", *sys.argv[1:]],
         probe=run_probe,
+        cluster=cluster,
     )
 
 

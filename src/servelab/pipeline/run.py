@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from servelab.bench.capacity import DEFAULT_ATTAINMENT, DEFAULT_MAX_STEPS
+from servelab.bench.cluster import ClusterSpec
 from servelab.bench.events import BenchEvent, Notice
 from servelab.bench.load import LoadMode
 from servelab.bench.profile import ProfilePlan
@@ -110,6 +111,8 @@ class RunConfig:
     """Scrape the engine's /metrics (n/a where it has none)."""
     torch_profile: float | None = None
     """Profile this concurrency's level with the launched engine's torch profiler."""
+    cluster: ClusterSpec | None = None
+    """Run the client's workers on a Ray cluster's nodes (bench.cluster)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +282,7 @@ def _bench_config(config: RunConfig, name: str, plan: SweepPlan | None) -> Bench
         command=config.command,
         applies=config.applies,
         gpus=config.gpus,
+        cluster=config.cluster,
     )
 
 

@@ -23,6 +23,7 @@ from typing import Any, cast
 import optuna
 from pydantic import ValidationError
 
+from servelab.bench.cluster import ClusterSpec
 from servelab.core.errors import ConfigError, ServelabError
 from servelab.core.redact import MASK, register_secret
 from servelab.diagnose import Diagnosis
@@ -102,6 +103,8 @@ class WorkerConfig:
     probe: Callable[[], ProbeReport | None] = lambda: None
     confirm: int = 0
     """After the study, re-measure the best and the default this many times each."""
+    cluster: ClusterSpec | None = None
+    """Every trial's load from client workers on a Ray cluster's nodes (bench.cluster)."""
 
 
 def default_study_dir(name: str, config: WorkerConfig) -> Path:
@@ -299,6 +302,7 @@ def _context(
         runs_root=config.runs_root,
         telemetry_gpus=config.telemetry_gpus,
         command=config.command,
+        cluster=config.cluster,
         on_event=on_event,
     )
 

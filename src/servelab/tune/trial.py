@@ -25,6 +25,7 @@ from typing import Any
 
 import optuna
 
+from servelab.bench.cluster import ClusterSpec
 from servelab.bench.events import BenchEvent
 from servelab.bench.results import BenchSummary, LevelSummary, SweepStop
 from servelab.bench.session import BenchConfig
@@ -98,6 +99,8 @@ class TrialContext:
     runs_root: Path | None = None
     telemetry_gpus: list[int] | None = None
     command: list[str] | None = None
+    cluster: ClusterSpec | None = None
+    """Each trial's client workers on a Ray cluster's nodes, joined anew per trial."""
     on_event: Callable[[BenchEvent | TrialEvent], None] = lambda _e: None
 
 
@@ -250,6 +253,7 @@ def _bench_config(
         gpus=list(ctx.telemetry_gpus or []),
         stop_early=stop_early,
         capacity=capacity_plan(space, give_up=give_up),
+        cluster=ctx.cluster,
     )
 
 

@@ -53,6 +53,8 @@ class Drained:
 
     messages: list[Any]
     in_flight: list[InFlight]
+    dispatched: int | None = None
+    """Open loop: the phase's items sent as of the messages; None where not read."""
 
 
 class ClientWorkerHost:
@@ -99,32 +101,34 @@ class ClientWorkerHost:
         """The messages sent since the last drain (waiting up to `wait_s` for one), and
         the requests in flight as of the last of them."""
         self.outbox.wait(wait_s)
-        messages, in_flight = self._checkpoint()
-        return Drained([self._on_driver_clock(message) for message in messages], in_flight)
+        messages, in_flight, dispatched = self._checkpoint()
+        return Drained(
+            [self._on_driver_clock(message) for message in messages], in_flight, dispatched
+        )
 
-    def _checkpoint(self) -> tuple[list[Any], list[InFlight]]:
+    def _checkpoint(self) -> tuple[list[Any], list[InFlight], int | None]:
         """The outbox and the in-flight requests, both read on the worker's loop right
         after a flush, so that each request sent is in exactly one of them; read here
         (in-flight unknown, so none) when the loop is not running or does not answer."""
         loop = self.worker.loop
-        future: Future[tuple[list[Any], dict[int, tuple[int, RequestItem]]]] = Future()
+        future: Future[tuple[list[Any], dict[int, tuple[int, RequestItem]], int]] = Future()
 
         def read() -> None:
             if future.set_running_or_notify_cancel():
                 pending = self.worker.checkpoint()
-                future.set_result((self.outbox.take(), pending))
+                future.set_result((self.outbox.take(), pending, self.worker.dispatched))
 
         try:
             if loop is None:
                 raise RuntimeError("not running yet")
             loop.call_soon_threadsafe(read)
-            messages, pending = future.result(timeout=_CHECKPOINT_TIMEOUT_S)
+            messages, pending, dispatched = future.result(timeout=_CHECKPOINT_TIMEOUT_S)
         except RuntimeError:
-            return self.outbox.take(), []
+            return self.outbox.take(), [], None
         except FutureTimeout:
             if future.cancel():
-                return self.outbox.take(), []
-            messages, pending = future.result()  # begun on the loop: done at once
+                return self.outbox.take(), [], None
+            messages, pending, dispatched = future.result()  # begun on the loop: done at once
         level, warmup = self.phase_of
         in_flight = [
             InFlight(
@@ -137,7 +141,7 @@ class ClientWorkerHost:
             )
             for index, (t_scheduled, item) in pending.items()
         ]
-        return messages, in_flight
+        return messages, in_flight, dispatched
 
     def _on_driver_clock(self, message: Any) -> Any:
         if message[0] != "records" or not self.to_driver_ns:

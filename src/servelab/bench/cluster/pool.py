@@ -4,8 +4,11 @@ Each worker gets its phase; once every one has acknowledged it, each is told the
 on its own node's clock. Records come back through long-polled drains (a batch every
 ~100 ms, each worker's memory bounded by what one poll holds) until every worker has
 said it is done. A worker whose actor dies, or that answers no drain for 20 s, is lost
-with its node: what it had in flight at its last drain is recorded `client_lost`, the
-rest of the level runs without it, and its node is used no more.
+with its node: what it had in flight at its last drain is recorded `client_lost`, and in
+an open loop so is every arrival it was due to send from then until the loss was seen
+(sent or not, its fate is unknown); the rest of the level runs without it, and its node
+is used no more. A closed loop's requests that both began and ended after the last
+drain are the one thing lost unrecorded (at most one drain, ~100 ms, of the node's load).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from servelab.bench.cluster.clock import ClockOffset
 from servelab.bench.cluster.errors import first_line
 from servelab.bench.cluster.nodes import Node
 from servelab.bench.cluster.signals import deferred_signals
+from servelab.bench.endpoint import RequestItem
 from servelab.bench.metrics import NodeClock, WorkerStats
 from servelab.bench.records import ErrorKind, RequestRecord
 from servelab.bench.worker import Phase
@@ -68,6 +72,9 @@ class _Seat:
 
     member: Member
     clock: ClockOffset
+    phase: Phase | None = None
+    dispatched: int = 0
+    """Open loop: the phase's items the worker had sent as of its last drain."""
     acked: bool = False
     stats: WorkerStats | None = None
     lost: bool = False
@@ -93,6 +100,7 @@ class RayPool:
         """Send one phase per worker, start them all once each has it, collect until done."""
         seats = [_Seat(m, self.clocks[m.node.node_id]) for m in self.members]
         for seat, phase in zip(seats, phases, strict=True):
+            seat.phase = phase
             seat.member.actor.phase.remote(phase)
         asked = {self._ask(seat): seat for seat in seats}
         started = False
@@ -145,6 +153,8 @@ class RayPool:
         seat.heard_ns = now_ns()
         seat.unavailable_ns = None
         seat.in_flight = drained.in_flight
+        if drained.dispatched is not None:
+            seat.dispatched = drained.dispatched
         for message in drained.messages:
             if message[0] == "ack":
                 seat.acked = True
@@ -185,28 +195,21 @@ class RayPool:
                 seat.member.actor.stop.remote()
 
     def _lose(self, seat: _Seat, collector: Collector, why: str) -> None:
-        """The worker is gone with its node: its in-flight requests become records."""
+        """The worker is gone with its node: its in-flight requests become records, and
+        so do the open-loop arrivals it was due to send before the loss was seen."""
         seat.lost = True
         node = seat.member.node
         self.lost_nodes.add(node.node_id)
         error = f"client worker {seat.member.worker} on node {node.label} was lost: {why}"
         records = [
-            RequestRecord(
-                index=f.index,
-                level=f.level,
-                warmup=f.warmup,
-                worker=seat.member.worker,
-                t_send_ns=f.t_scheduled_ns,
-                t_scheduled_ns=f.t_scheduled_ns,
-                t_end_ns=max(seat.heard_ns, f.t_scheduled_ns),
-                ok=False,
-                max_tokens=f.max_tokens,
-                input_tokens_target=f.input_tokens,
-                error_kind=ErrorKind.CLIENT_LOST,
-                error=error,
-            )
+            _lost_record(seat, f.index, f.t_scheduled_ns, f.max_tokens, f.input_tokens, error)
             for f in seat.in_flight
         ]
+        unreported = f"{error}; due after its last report, sent or not"
+        for index, t_due_ns, item in _due_unsent(seat, collector.t_start_ns, now_ns()):
+            records.append(
+                _lost_record(seat, index, t_due_ns, item.max_tokens, item.input_tokens, unreported)
+            )
         if records:
             collector.take(orjson.dumps([r.to_json() for r in records]))
 
@@ -224,6 +227,50 @@ class RayPool:
         if seat.lost:
             return WorkerStats(seat.member.worker, 0, 0, 0.0, 0.0, node=clock)
         return None
+
+
+def _lost_record(
+    seat: _Seat,
+    index: int,
+    t_scheduled_ns: int,
+    max_tokens: int,
+    input_tokens: int | None,
+    error: str,
+) -> RequestRecord:
+    assert seat.phase is not None
+    return RequestRecord(
+        index=index,
+        level=seat.phase.level,
+        warmup=seat.phase.warmup,
+        worker=seat.member.worker,
+        t_send_ns=t_scheduled_ns,
+        t_scheduled_ns=t_scheduled_ns,
+        t_end_ns=max(seat.heard_ns, t_scheduled_ns),
+        ok=False,
+        max_tokens=max_tokens,
+        input_tokens_target=input_tokens,
+        error_kind=ErrorKind.CLIENT_LOST,
+        error=error,
+    )
+
+
+def _due_unsent(seat: _Seat, t_start_ns: int, t_seen_ns: int) -> list[tuple[int, int, RequestItem]]:
+    """The open-loop arrivals the worker had not sent by its last drain and was due to
+    send before `t_seen_ns` (and before the level's end): (index, due, request)."""
+    phase = seat.phase
+    if phase is None or phase.offsets_ns is None or not t_start_ns:
+        return []
+    end_ns = t_seen_ns
+    if phase.duration_ns is not None:
+        end_ns = min(end_ns, t_start_ns + phase.duration_ns - 1)
+    due = []
+    for (index, item), offset in zip(
+        phase.items[seat.dispatched :], phase.offsets_ns[seat.dispatched :], strict=True
+    ):
+        if t_start_ns + offset > end_ns:
+            break
+        due.append((index, t_start_ns + offset, item))
+    return due
 
 
 def _answers(asked: dict[Any, _Seat]) -> list[Any]:
