@@ -96,23 +96,29 @@ def test_with_the_cache_off_nothing_hits_and_diagnose_names_the_flag(vllm_budget
     assert finding.actions[0].flags == ["--enable-prefix-caching"], finding.actions
 
 
-def test_capacity_under_a_ttft_slo_is_the_running_cap(vllm_workloads: VllmEngine, tmp_path: Path):
+def test_capacity_under_an_e2e_slo_is_the_running_cap(vllm_workloads: VllmEngine, tmp_path: Path):
     """A cap of C = 4 running requests; 64-token prompts, 256-token replies, so a request
-    holds its slot for S, about 256 decode steps (the cap's own median E2E). SLO: TTFT
-    <= w0 = S / 8 for 90% of requests (or three times the cap's median TTFT, if larger),
-    far above an admitted request's prefill of 64 tokens and below a queued one's wait.
+    holds its slot for S, about 256 decode steps (the cap's own median E2E, measured
+    first). SLO: E2E <= 1.5 S for 90% of requests.
 
     - N <= 4 concurrent: each request is admitted at once (a finished request's client
-      sends its next into the slot it freed): all meet.
-    - N = 5: Little's law puts the mean wait at W >= (N - C) / C x S = S / 4, and no wait
-      exceeds S (one request queues for the next of four to finish); if a share p of
-      requests wait over w0, W <= p S + (1 - p) w0, so p >= (S / 4 - w0) / (S - w0) = 14%
-      at w0 = S / 8 (in practice 20%: four requests started together finish together, so
-      one in five waits a whole S). More clients only queue more.
+      sends its next into the slot it freed): E2E is S or less, all meet.
+    - N = 5: requests of one length admitted together finish together, so each time the
+      four running end, one of the five clients has waited the whole S for a slot: one
+      request in five takes about 2 S and misses, 80% < 90%. More clients only queue more
+      (benchmarks/capacity_search.py: a cap C implies a capacity of floor(C / 0.9) = 4).
 
-    A bound fixed in milliseconds is wrong on a faster or slower machine: one CI run read
-    S of about 1.2 s, and a bound of 1.36 s let 6 concurrent pass. So the search doubles
-    1, 2, 4, fails at 8, and bisects down to the cap: 4 holds, and no load above it does."""
+    E2E, not TTFT: on two cores vLLM's CPU build sometimes hands a single stream's tokens
+    to its API server in one burst at the end (the full suite read a p90 TTFT of 403-499
+    ms at one stream where a lone run read 15 ms), which moves TTFT by up to S and E2E not
+    at all. A bound in milliseconds is wrong on a faster or slower machine: one CI run read
+    S of about 1.2 s. So the search doubles 1, 2, 4, fails at 8, and bisects down to the
+    cap: 4 holds, and no load above it does.
+
+    Exactly 4 is asserted on the simulator (tests/integration/test_capacity.py), whose
+    timing is fixed. Here a level's S wanders between levels on two shared cores (a
+    probe's median of 524 ms, then a p90 of 806 ms at 4 in the search), so the answer
+    is asserted at the cap or one below it, never above: 5 fails whatever the wander."""
     workload = WorkloadSpec(input_len=64, output_len=256)
     probe = BenchConfig(
         url=vllm_workloads.url,
@@ -123,14 +129,9 @@ def test_capacity_under_a_ttft_slo_is_the_running_cap(vllm_workloads: VllmEngine
         out=tmp_path / "probe",
     )
     (at_cap,) = _once(probe, vllm_workloads).summary.levels
-    service_ms, ttft_ms = at_cap.median_e2e_latency_ms, at_cap.median_ttft_ms
-    assert service_ms is not None and ttft_ms is not None, at_cap
-    bound = max(service_ms / 8, 3 * ttft_ms)
-    assert bound <= service_ms / 6, (  # past S / 6 the bound above falls under 10%
-        f"TTFT at the cap ({ttft_ms:.0f} ms) is too close to a request's length "
-        f"({service_ms:.0f} ms) for a TTFT SLO to separate the cap from the load above it"
-    )
-    plan = CapacityPlan(slo_ms={"ttft": bound}, max_load=16.0)
+    service_ms = at_cap.median_e2e_latency_ms
+    assert service_ms is not None, at_cap
+    plan = CapacityPlan(slo_ms={"e2e": 1.5 * service_ms}, max_load=16.0)
     config = BenchConfig(
         url=vllm_workloads.url,
         name="vllm-capacity",
@@ -144,8 +145,8 @@ def test_capacity_under_a_ttft_slo_is_the_running_cap(vllm_workloads: VllmEngine
     summary = sweep_without_pauses(config, vllm_workloads).summary
     capacity = summary.capacity
     assert capacity is not None and capacity.status == "found", capacity
-    assert capacity.capacity == WORKLOADS_CAP, capacity.explanation
-    assert capacity.failed is not None and capacity.failed.load == WORKLOADS_CAP + 1
+    assert capacity.capacity in (WORKLOADS_CAP - 1, WORKLOADS_CAP), capacity.explanation
+    assert capacity.failed is not None and capacity.failed.load <= WORKLOADS_CAP + 1
     running = [
         level.telemetry.engine.running_max
         for level in summary.levels
