@@ -268,7 +268,9 @@ def lower_the_schedulers_priority(pgid: int) -> None:
     requests (TTFT 370 ms, TPOT 0), and a CI run read a p90 TTFT at the running cap of
     450 ms. At nice 10, 12 of 12 streamed (TTFT 14-44 ms, the largest gap 6 ms without
     contention); the steps are slower (2.9 ms against 1.5 ms a token), which every test
-    here measures alike."""
+    here measures alike. It makes bursts rarer, not impossible: late in a full suite one
+    stream still read a p90 TTFT of 403 ms, so no test here judges a load by its TTFT's
+    tail alone."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
