@@ -271,15 +271,13 @@ def lower_the_schedulers_priority(pgid: int) -> None:
     here measures alike. It makes bursts rarer, not impossible: late in a full suite one
     stream still read a p90 TTFT of 403 ms, so no test here judges a load by its TTFT's
     tail alone."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in vllm_processes():
         try:
-            if os.getpgid(int(entry.name)) != pgid:
+            if os.getpgid(pid) != pgid:
                 continue
-            if not (entry / "cmdline").read_bytes().startswith(b"VLLM::EngineCore"):
+            if not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"VLLM::EngineCore"):
                 continue
-            for task in (entry / "task").iterdir():
+            for task in Path(f"/proc/{pid}/task").iterdir():
                 os.setpriority(os.PRIO_PROCESS, int(task.name), SCHEDULER_NICE)
         except OSError:
             continue

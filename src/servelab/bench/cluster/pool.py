@@ -267,9 +267,10 @@ def _due_unsent(seat: _Seat, t_start_ns: int, t_seen_ns: int) -> list[tuple[int,
     for (index, item), offset in zip(
         phase.items[seat.dispatched :], phase.offsets_ns[seat.dispatched :], strict=True
     ):
-        if t_start_ns + offset > end_ns:
+        t_due_ns = t_start_ns + offset
+        if t_due_ns > end_ns:
             break
-        due.append((index, t_start_ns + offset, item))
+        due.append((index, t_due_ns, item))
     return due
 
 
