@@ -18,6 +18,7 @@ import socket
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -57,6 +58,17 @@ class RayCluster:
     """ray://127.0.0.1:PORT, Ray Client's."""
     env: dict[str, str]
     """What a subprocess needs to join this cluster the same way."""
+    temp_dir: str
+    """RAY_TMPDIR: the session's logs are under it."""
+
+    def client_server_logs(self) -> str:
+        """The last lines of every Ray Client server's stderr: why the proxy could not start
+        one for a client, which only the head's logs say."""
+        tails = []
+        for log in sorted(Path(self.temp_dir).glob("**/logs/ray_client_server*.err")):
+            lines = log.read_text(errors="replace").splitlines()[-15:]
+            tails.append(f"{log.name}:\n" + "\n".join(lines))
+        return "\n".join(tails) or "no Ray Client server logs"
 
     def add_node(self, **env: str) -> Any:
         """A third node (same settings), its environment extended by `env`."""
@@ -93,6 +105,7 @@ def ray_cluster() -> Iterator[RayCluster]:
                 address=cluster.address,
                 client_address=f"ray://127.0.0.1:{client_port}",
                 env={**env, "RAY_ADDRESS": cluster.address},
+                temp_dir=temp,
             )
         finally:
             ray.shutdown()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from servelab.bench.cluster import ClusterSpec, OnNodeLoss, parse_cluster_address
 from servelab.bench.cluster.clock import best_offset, measure_offset
-from servelab.bench.cluster.errors import first_line
+from servelab.bench.cluster.errors import ClusterError, first_line
 from servelab.bench.cluster.hosts import HostId, is_loopback_url, refuse_loopback, this_host
 from servelab.bench.cluster.nodes import spread
 from servelab.bench.cluster.signals import deferred_signals
@@ -187,3 +187,45 @@ def test_run_and_tune_refuse_bad_cluster_options_in_one_line(command, args, line
     result = CliRunner().invoke(app, [*command, *args])
     assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.stderr
     assert line in result.stderr and "Traceback" not in result.stderr
+
+
+def _failing_init(failures: list[Exception]) -> tuple[list[str], object]:
+    calls: list[str] = []
+
+    def init(address: str, **_: object) -> None:
+        calls.append(address)
+        if failures:
+            raise failures.pop(0)
+
+    return calls, init
+
+
+def test_a_client_server_that_failed_to_start_is_asked_for_once_more(monkeypatch):
+    require_module("ray")
+    from servelab.bench.cluster import fleet
+
+    failed = ConnectionAbortedError("Initialization failure from server:\nRuntimeError: ...")
+    calls, init = _failing_init([failed])
+    monkeypatch.setattr(fleet.ray, "init", init)
+    monkeypatch.setattr(fleet, "_JOIN_RETRY_S", 0.0)
+    fleet._init("ray://127.0.0.1:1")
+    assert calls == ["ray://127.0.0.1:1"] * 2
+
+    calls, init = _failing_init([failed, failed])
+    monkeypatch.setattr(fleet.ray, "init", init)
+    with pytest.raises(ClusterError) as twice:
+        fleet._init("ray://127.0.0.1:1")
+    assert len(calls) == 2 and str(twice.value).startswith(
+        "cannot join the Ray cluster at ray://127.0.0.1:1 (twice): Initialization failure"
+    )
+
+
+def test_a_cluster_that_is_not_there_is_not_asked_twice(monkeypatch):
+    require_module("ray")
+    from servelab.bench.cluster import fleet
+
+    calls, init = _failing_init([ConnectionError("could not find any running Ray instance")])
+    monkeypatch.setattr(fleet.ray, "init", init)
+    with pytest.raises(ClusterError, match=r"^cannot join the Ray cluster at auto: could not"):
+        fleet._init("auto")
+    assert calls == ["auto"]

@@ -271,7 +271,7 @@ def test_cli_sigterm_stops_every_worker_and_keeps_the_run(ray_cluster, start_sim
         _, stderr = bench.communicate(timeout=60)
     finally:
         bench.kill()
-    assert started and running == 2, (running, stderr)
+    assert started and running == 2, (running, stderr, ray_cluster.client_server_logs())
     assert bench.returncode == 143, stderr
     assert "partial results are in" in stderr and "INFO" not in stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

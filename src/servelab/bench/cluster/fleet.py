@@ -208,13 +208,34 @@ def _join(address: str) -> bool:
     main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGTERM) if main else None
     try:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ClusterError(f"cannot join the Ray cluster at {address}: {first_line(exc)}") from None
+        _init(address)
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
     return True
+
+
+_SERVER_START_FAILED = "Initialization failure from server"
+"""Ray Client's proxy could not start this client's own server process on the head. Once
+in a CI run it did not, and the next connection to the same proxy did; a second failure
+is reported with both attempts."""
+_JOIN_RETRY_S = 2.0
+
+
+def _init(address: str) -> None:
+    """ray.init, tried once more when Ray Client's proxy failed to start its server."""
+    for attempt in (1, 2):
+        try:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+            return
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            if attempt == 1 and _SERVER_START_FAILED in str(exc):
+                time.sleep(_JOIN_RETRY_S)
+                continue
+            tries = " (twice)" if attempt == 2 else ""
+            raise ClusterError(
+                f"cannot join the Ray cluster at {address}{tries}: {first_line(exc)}"
+            ) from None
 
 
 def _alive_nodes() -> list[Node]:
