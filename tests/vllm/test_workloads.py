@@ -108,17 +108,19 @@ def test_capacity_under_an_e2e_slo_is_the_running_cap(vllm_workloads: VllmEngine
       request in five takes about 2 S and misses, 80% < 90%. More clients only queue more
       (benchmarks/capacity_search.py: a cap C implies a capacity of floor(C / 0.9) = 4).
 
-    E2E, not TTFT: on two cores vLLM's CPU build sometimes hands a single stream's tokens
-    to its API server in one burst at the end (the full suite read a p90 TTFT of 403-499
-    ms at one stream where a lone run read 15 ms), which moves TTFT by up to S and E2E not
-    at all. A bound in milliseconds is wrong on a faster or slower machine: one CI run read
-    S of about 1.2 s. So the search doubles 1, 2, 4, fails at 8, and bisects down to the
-    cap: 4 holds, and no load above it does.
+    An SLO relative to S, since a bound in milliseconds is wrong on a faster or slower
+    machine (one CI run read S of about 1.2 s, another 463 ms). E2E, not TTFT: a queued
+    request's wait adds to both, but TTFT also moves with how the API server delivers the
+    first tokens, E2E does not. So the search doubles 1, 2, 4, fails at 8, and bisects
+    down to the cap: 4 holds, and no load above it does.
 
-    Exactly 4 is asserted on the simulator (tests/integration/test_capacity.py), whose
-    timing is fixed. Here a level's S wanders between levels on two shared cores (a
-    probe's median of 524 ms, then a p90 of 806 ms at 4 in the search), so the answer
-    is asserted at the cap or one below it, never above: 5 fails whatever the wander."""
+    Before the engine ran its model inside its EngineCore (`vllm_workloads`), a third of
+    the levels on two cores were delivered in bursts and ran slow (one CI run read a p90 E2E
+    of 834 ms at 2 streams against S of 463 ms, and found a capacity of 1). Exactly 4 is
+    asserted on the simulator (tests/integration/test_capacity.py), whose timing is fixed;
+    here, on two cores shared with whatever else the machine runs, the answer is asserted
+    at the cap or one below it, never above: 5 fails whatever the wander, since a wait
+    only adds to E2E."""
     workload = WorkloadSpec(input_len=64, output_len=256)
     probe = BenchConfig(
         url=vllm_workloads.url,
