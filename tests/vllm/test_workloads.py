@@ -112,8 +112,8 @@ def test_capacity_under_a_ttft_slo_is_the_running_cap(vllm_workloads: VllmEngine
 
     The bound is relative to S, since milliseconds are wrong on a faster or slower machine
     (one CI run read S of about 1.2 s, another 463 ms), and it sits between two readings
-    far apart: at or below the cap the p90 TTFT read 12-33 ms in 19 levels (S / 4 was
-    110-172 ms), at 5 streams 502-856 ms. A machine that wanders by half moves neither
+    far apart: at or below the cap the p90 TTFT read 12-33 ms in 17 levels (S / 4 was
+    142-172 ms), at 5 streams 502-856 ms. A machine that wanders by half moves neither
     across it.
 
     TTFT needs the engine's `uni` executor (`vllm_workloads`). With a Worker process, a
