@@ -22,46 +22,29 @@ of 1, 2, ... needs to see the same boundary, and the search's time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+
+from servelab.engines.base import EngineSpec, Knobs
+from servelab.engines.launcher import engine_running
 
 TTFT_MS, ITL_MS = 20.0, 30.0
 ATTAINMENT = 0.9
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _start_sim(cap: int) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    sim = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "servelab", "sim", "--port", str(port)),
-            *("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)),
-            *("--max-running-requests", str(cap)),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+def _sim(cap: int) -> EngineSpec:
+    return EngineSpec(
+        engine="sim",
+        options={"ttft_ms": TTFT_MS, "itl_ms": ITL_MS},
+        knobs=Knobs(max_running_requests=cap),
+        startup_timeout_s=60,
     )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"{url}/v1/models", timeout=1)
-            return sim, url
-        except OSError:
-            time.sleep(0.1)
-    sim.kill()
-    raise SystemExit("the simulator did not start")
 
 
 def _servelab(*args: str) -> dict:
@@ -97,12 +80,16 @@ def main() -> int:
         f"{'found/implied':>13} {'levels':>6} {'scan':>5} {'levels/scan':>11} {'search s':>8}"
     )
     for cap in caps:
-        sim, url = (None, args.url) if args.url else _start_sim(cap)
-        try:
-            if sim is not None:
-                service_ms = TTFT_MS + (args.output_len - 1) * ITL_MS
-            else:
+        with contextlib.ExitStack() as stack:
+            if args.url:
+                url = args.url
                 service_ms = _service_ms(url, cap, lengths, root / f"probe-{cap}")
+            else:
+                sim = stack.enter_context(
+                    engine_running(_sim(cap), log_path=root / f"sim-{cap}.log")
+                )
+                url = sim.url
+                service_ms = TTFT_MS + (args.output_len - 1) * ITL_MS
             slo_ms = service_ms / 8
             started = time.monotonic()
             summary = _servelab(
@@ -112,10 +99,6 @@ def main() -> int:
                 *("--out", str(root / f"run-{cap}"), "--runs-dir", str(root)),
             )
             elapsed = time.monotonic() - started
-        finally:
-            if sim is not None:
-                sim.terminate()
-                sim.wait(timeout=10)
         found = summary["capacity"]
         held = found["held"]["load"] if found.get("held") else None
         failed = found["failed"]["load"] if found.get("failed") else None
