@@ -17,12 +17,11 @@ from servelab.bench.traces import (
     shared_block_prefix,
 )
 from servelab.core.errors import ConfigError
+from tests.traces import MOONCAKE, TRACES
 
-DATA = Path(__file__).parent / "data" / "traces"
-MOONCAKE_HEAD = DATA / "mooncake_conversation_head.jsonl"
-MOONCAKE = DATA / "mooncake_small.jsonl"
-BURSTGPT_1 = DATA / "burstgpt_1.csv"
-BURSTGPT_3 = DATA / "burstgpt_3.csv"
+MOONCAKE_HEAD = TRACES / "mooncake_conversation_head.jsonl"
+BURSTGPT_1 = TRACES / "burstgpt_1.csv"
+BURSTGPT_3 = TRACES / "burstgpt_3.csv"
 S = 1_000_000_000
 HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"
 

@@ -4,15 +4,13 @@ request; the options say what they do."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from servelab.cli import app
+from tests.traces import MOONCAKE
 
-DATA = Path(__file__).parent / "data" / "traces"
-MOONCAKE = DATA / "mooncake_small.jsonl"
 UNREACHABLE = "http://127.0.0.1:9"
 """Nothing listens there: every case below must fail before the preflight tries it."""
 

@@ -16,10 +16,9 @@ from servelab.bench.traces import MOONCAKE_BLOCK_TOKENS, load_replay, read_trace
 from servelab.bench.workload import SentPrompts, WorkloadSpec, build_requests, parse_dataset
 from servelab.core.errors import ConfigError
 from servelab.engines.embedded.tokenizer import train_tokenizer
+from tests.traces import MOONCAKE, TRACES
 
-DATA = Path(__file__).parent / "data" / "traces"
-MOONCAKE = DATA / "mooncake_small.jsonl"
-BURSTGPT = DATA / "burstgpt_1.csv"
+BURSTGPT = TRACES / "burstgpt_1.csv"
 BLOCK = MOONCAKE_BLOCK_TOKENS
 SMALL_SHARED_BLOCKS = [0, 1, 0, 1, 1, 0, 2, 1, 1, 2, 0, 1, 0, 2, 3, 3, 2, 3, 4, 4]
 """Leading blocks each request of mooncake_small.jsonl shares with one before it."""

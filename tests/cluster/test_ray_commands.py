@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import yaml
 
 from servelab.bench.traces import load_replay
 from tests.conftest import SERVELAB
+from tests.traces import MOONCAKE
 
-MOONCAKE = Path(__file__).parents[1] / "bench" / "data" / "traces" / "mooncake_small.jsonl"
 MS = 1e6
 
 

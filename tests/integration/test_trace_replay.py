@@ -13,8 +13,8 @@ import pytest
 from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.workload import WorkloadSpec
 from tests.conftest import SERVELAB
+from tests.traces import MOONCAKE
 
-MOONCAKE = Path(__file__).parents[1] / "bench" / "data" / "traces" / "mooncake_small.jsonl"
 TRACE = [json.loads(line) for line in MOONCAKE.read_text().splitlines()]
 SHARED_BLOCKS = [0, 1, 0, 1, 1, 0, 2, 1, 1, 2, 0, 1, 0, 2, 3, 3, 2, 3, 4, 4]
 """Leading blocks each request shares with one before it (tests/bench/test_traces.py)."""

@@ -15,6 +15,7 @@ from servelab.bench.trial import for_engine
 from servelab.bench.workload import WorkloadSpec
 from servelab.diagnose import DiagnoseOptions, diagnose_run
 from servelab.diagnose.findings import FindingKind
+from tests.traces import MOONCAKE
 from tests.vllm.conftest import (
     CONVERSATIONS,
     KV_BLOCK_TOKENS,
@@ -24,7 +25,6 @@ from tests.vllm.conftest import (
     sweep_without_pauses,
 )
 
-MOONCAKE = Path(__file__).parents[1] / "bench" / "data" / "traces" / "mooncake_small.jsonl"
 NEAR_IDEAL = 0.10
 """The issue's bar: the measured hit rate within 10 points of the workload's ideal."""
 
