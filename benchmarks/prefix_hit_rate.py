@@ -19,13 +19,15 @@ measures that: the model running, checked against itself.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
+
+from servelab.engines.base import EngineSpec
+from servelab.engines.launcher import RunningEngine, engine_running
 
 REPO = Path(__file__).resolve().parents[1]
 MOONCAKE = REPO / "tests" / "bench" / "data" / "traces" / "mooncake_small.jsonl"
@@ -50,20 +52,9 @@ WORKLOADS = {
 }
 
 
-def _start_sim(port: int) -> subprocess.Popen[bytes]:
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "servelab", "sim", "--port", str(port), "--metrics-style", "vllm"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1)
-            return sim
-        except OSError:
-            time.sleep(0.1)
-    sim.kill()
-    raise SystemExit("the simulator did not start")
+def _sim(root: Path) -> contextlib.AbstractContextManager[RunningEngine]:
+    spec = EngineSpec(engine="sim", options={"metrics_style": "vllm"}, startup_timeout_s=60)
+    return engine_running(spec, log_path=root / "sim.log")
 
 
 def main() -> int:
@@ -71,10 +62,9 @@ def main() -> int:
     parser.add_argument("--url", help="An engine's URL; default: start servelab sim.")
     parser.add_argument("--tokenizer", help="The engine's tokenizer, for exact prompt lengths.")
     args = parser.parse_args()
-    sim = None if args.url else _start_sim(18731)
-    url = args.url or "http://127.0.0.1:18731"
     root = Path(tempfile.mkdtemp(prefix="servelab-prefix-"))
-    try:
+    with contextlib.ExitStack() as stack:
+        url = args.url or stack.enter_context(_sim(root)).url
         print(f"{'workload':<14} {'ideal':>7} {'measured':>9} {'measured/ideal':>15}  block")
         for name, extra in WORKLOADS.items():
             out = root / name
@@ -95,10 +85,6 @@ def main() -> int:
                 f"{name:<14} {ideal:>7.1%} {measured:>9} {ratio:>15}  "
                 f"{cache['block_tokens']} ({cache['block_source']})"
             )
-    finally:
-        if sim is not None:
-            sim.terminate()
-            sim.wait(timeout=10)
     return 0
 
 
