@@ -605,7 +605,9 @@ WORKLOADS_MAX_LEN = 4096
 
 @pytest.fixture(scope="session")
 def vllm_workloads(
-    vllm_spec: Callable[..., EngineSpec], tmp_path_factory: pytest.TempPathFactory
+    vllm_spec: Callable[..., EngineSpec],
+    vllm_env: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[VllmEngine]:
     """vLLM with a cap of 4 running requests and its default prefix cache (on), its model
     run inside the EngineCore process.
@@ -624,8 +626,8 @@ def vllm_workloads(
     step-budget engine's prediction of its action read 8.04x (5.09-12.7) where 2.54x was
     measured, against 4.42x (2.21-8.84) and 4.74x under `mp`."""
     spec = vllm_spec(
-        knobs=Knobs(max_model_len=WORKLOADS_MAX_LEN, max_running_requests=WORKLOADS_CAP)
+        knobs=Knobs(max_model_len=WORKLOADS_MAX_LEN, max_running_requests=WORKLOADS_CAP),
+        env={**vllm_env, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
     )
-    spec = spec.model_copy(update={"env": {**spec.env, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}})
     folder = tmp_path_factory.mktemp("vllm-workloads")
     yield from _start(spec, folder / "engine.log", "vllm_workloads")
