@@ -66,6 +66,16 @@ class WorkerStats:
     """Wall time from its first send to its last completion."""
     node: NodeClock | None = None
     """Where the worker ran, on a cluster (bench.cluster); None on one host."""
+    wait_s: float = 0.0
+    """Time its event loop's thread was runnable but waited for a core, over the same span
+    (0 where the kernel does not keep it)."""
+
+    @property
+    def demand_pct(self) -> float:
+        """The share of a core it wanted: CPU time plus run-queue wait, over wall time. On a
+        shared machine a saturated worker's CPU share falls (another program holds the
+        core half the time) while what it wanted stays near 100%."""
+        return 100.0 * (self.cpu_s + self.wait_s) / self.wall_s if self.wall_s > 0 else 0.0
 
 
 def compute_level(
@@ -338,6 +348,7 @@ def _client_stats(
         p99_loop_lag_ms=whole.p99_loop_ms,
         max_loop_lag_ms=whole.max_loop_ms,
         max_cpu_pct=whole.cpu_pct,
+        max_cpu_demand_pct=whole.demand_pct,
         client_bound=bool(reasons),
         client_bound_reason="; ".join(reasons) or None,
         nodes=[node for node, _ in nodes] or None,
@@ -354,6 +365,7 @@ class _Lag:
     p99_loop_ms: float
     max_loop_ms: float
     cpu_pct: float
+    demand_pct: float
 
     @classmethod
     def of(cls, records: Sequence[RequestRecord], workers: Sequence[WorkerStats]) -> _Lag:
@@ -366,6 +378,7 @@ class _Lag:
             p99_loop_ms=max((w.loop_lag_p99_ns for w in workers), default=0) / NS_PER_MS,
             max_loop_ms=max((w.loop_lag_max_ns for w in workers), default=0) / NS_PER_MS,
             cpu_pct=max((100.0 * w.cpu_s / w.wall_s for w in workers if w.wall_s > 0), default=0.0),
+            demand_pct=max((w.demand_pct for w in workers), default=0.0),
         )
 
     def reasons(
@@ -375,7 +388,7 @@ class _Lag:
             "loop": (self.p99_loop_ms, self.max_loop_ms, scale),
             "schedule": (self.p99_schedule_ms, self.max_schedule_ms, send_scale),
         }
-        return _client_bound_reasons(lag, self.cpu_pct)
+        return _client_bound_reasons(lag, self.cpu_pct, self.demand_pct)
 
 
 def _nodes(
@@ -423,11 +436,14 @@ def _nodes(
 def _client_bound_reasons(
     lag_ms: dict[str, tuple[float, float, tuple[str, float] | None]],
     cpu_pct: float,
+    demand_pct: float,
 ) -> list[str]:
     """Which rules say the client's own lag was material against what it measured.
 
     Each kind of lag has its own scale (a name and milliseconds): its p99 is judged
-    against a share of it, its largest single lag against the whole of it.
+    against a share of it, its largest single lag against the whole of it. A worker is
+    at its limit when it wanted over 90% of a core (its CPU time and its wait for one),
+    whether or not another program on the machine let it have the core.
     """
     reasons = []
     share = f"{CLIENT_BOUND_P99_LAG_SHARE:.0%}"
@@ -439,8 +455,9 @@ def _client_bound_reasons(
             reasons.append(f"p99 {kind} lag {p99:.1f} ms > {share} of {name} {ms:.1f} ms")
         if most > ms:
             reasons.append(f"max {kind} lag {most:.1f} ms > {name} {ms:.1f} ms")
-    if cpu_pct > CLIENT_BOUND_CPU_PCT:
+    if max(cpu_pct, demand_pct) > CLIENT_BOUND_CPU_PCT:
         reasons.append(
-            f"worker CPU {cpu_pct:.0f}% of a core > {CLIENT_BOUND_CPU_PCT:.0f}% over its busy part"
+            f"worker CPU {cpu_pct:.0f}% of a core, {demand_pct:.0f}% with its wait for one, "
+            f"> {CLIENT_BOUND_CPU_PCT:.0f}% over its busy part"
         )
     return reasons

@@ -98,11 +98,18 @@ class ClientStats(BaseModel):
         description="CPU time / wall time of the busiest worker from its first send to its "
         "last completion, in % of a core."
     )
+    max_cpu_demand_pct: float | None = Field(
+        default=None,
+        description="(CPU time + time waiting for a core) / wall time of the most demanding "
+        "worker over the same span, in % of a core: what it wanted, where max_cpu_pct is "
+        "what it got (they part when another program shares its core). None in runs from "
+        "before it was measured.",
+    )
     client_bound: bool = Field(
         description="True when the client's lag was material against what it measured: a "
         "p99 loop or schedule lag over 10% of the median ITL (open loop: of the mean "
-        "inter-arrival gap), a single lag over the median ITL, or a worker over 90% of a "
-        "core; on a cluster, each node judged on its own, and a node's clock offset known "
+        "inter-arrival gap), a single lag over the median ITL, or a worker that wanted over "
+        "90% of a core; on a cluster, each node judged on its own, and a node's clock offset known "
         "only to more than 10% of the median ITL. The client may have limited the "
         "measurement."
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -123,7 +124,8 @@ class Worker:
         """Requests sent and not yet recorded: index -> (t_scheduled_ns, request)."""
         self.dispatched = 0
         """Open loop: the phase's items sent so far (the rest are still to come)."""
-        self.busy = _BusySpan()
+        self.run_queue = RunQueueWait()
+        self.busy = _BusySpan(self.run_queue)
         self.count_tokens = _output_counter(endpoint)
         self.target = Target.parse(endpoint.url)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -183,7 +185,7 @@ class Worker:
 
     async def _run_phase(self, phase: Phase, start_ns: int) -> WorkerStats:
         lags: list[int] = []
-        self.busy = _BusySpan()
+        self.busy = _BusySpan(self.run_queue)
         monitor = asyncio.create_task(_watch_loop_lag(lags))
         flusher = asyncio.create_task(self._flush_periodically())
         await _sleep_until(start_ns, self.stop)
@@ -212,6 +214,7 @@ class Worker:
             loop_lag_max_ns=lags[-1] if lags else 0,
             cpu_s=self.busy.cpu_s,
             wall_s=self.busy.wall_s,
+            wait_s=self.busy.wait_s,
         )
 
     async def _one(self, phase: Phase, index: int, item: RequestItem, t_scheduled_ns: int) -> None:
@@ -359,35 +362,77 @@ class Worker:
 
 
 class _BusySpan:
-    """CPU and wall time from a worker's first send to the last completion it saw.
+    """CPU, run-queue wait and wall time from a worker's first send to the last completion
+    it saw.
 
     A worker that waits for its first arrival, or idles while others finish, is not
-    busy then; dividing by the whole phase would hide a saturated burst.
+    busy then; dividing by the whole phase would hide a saturated burst. The wait is what
+    its CPU time cannot show on a shared machine: a worker that wanted a core all along
+    but got half of one (another program on it) ran 50% and waited 50%.
     """
 
-    __slots__ = ("cpu_first_s", "cpu_last_s", "t_first_ns", "t_last_ns")
+    __slots__ = (
+        "cpu_first_s",
+        "cpu_last_s",
+        "t_first_ns",
+        "t_last_ns",
+        "wait_first_s",
+        "wait_last_s",
+        "waits",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, waits: RunQueueWait) -> None:
         self.t_first_ns: int | None = None
         self.cpu_first_s = self.cpu_last_s = 0.0
+        self.wait_first_s = self.wait_last_s = 0.0
         self.t_last_ns = 0
+        self.waits = waits
 
     def sent(self) -> None:
         if self.t_first_ns is None:
             self.t_first_ns, self.cpu_first_s = now_ns(), time.process_time()
+            self.wait_first_s = self.waits.read_s()
 
     def completed(self) -> None:
         self.t_last_ns, self.cpu_last_s = now_ns(), time.process_time()
+        self.wait_last_s = self.waits.read_s()
 
     @property
     def cpu_s(self) -> float:
         return max(self.cpu_last_s - self.cpu_first_s, 0.0)
 
     @property
+    def wait_s(self) -> float:
+        return max(self.wait_last_s - self.wait_first_s, 0.0)
+
+    @property
     def wall_s(self) -> float:
         if self.t_first_ns is None:
             return 0.0
         return max(self.t_last_ns - self.t_first_ns, 0) / NS_PER_S
+
+
+class RunQueueWait:
+    """The time the thread that reads it spent runnable but not running (the second field
+    of /proc/thread-self/schedstat, in ns), from a file opened on the first read by that
+    thread and kept open: a read costs under a microsecond. Always 0 where the kernel does
+    not keep it."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+
+    def read_s(self) -> float:
+        try:
+            if self.fd is None:
+                self.fd = os.open(_SCHEDSTAT, os.O_RDONLY)
+            return int(os.pread(self.fd, 128, 0).split()[1]) / NS_PER_S
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+
+_SCHEDSTAT = "/proc/thread-self/schedstat"
 
 
 async def _sleep_until(t_ns: int, stop: asyncio.Event) -> None:

@@ -54,7 +54,9 @@ arrive at the client in bursts (its median ITL falls towards 0), so what it meas
 its own pace. A stall of one token is a blip the next read absorbs."""
 CPU_SATURATED_PCT = 90.0
 """A worker over 90% of a core cannot take more work: its sends and reads queue behind
-each other (the bench's own limit)."""
+each other (the bench's own limit). Counted as what it wanted, its CPU time and its wait
+for a core, where the run measured the wait: beside another busy program it gets half a
+core and still has no room."""
 
 _WEIGHTS = {"self-check": 0.6, "saturated": 0.4, "little": 0.3, "engine": 0.5}
 _LAG_ONLY_CONFIDENCE = 0.3
@@ -80,9 +82,10 @@ def _limited(lv: LevelFacts) -> bool:
 
 
 def _saturated(lv: LevelFacts) -> list[Evidence]:
-    """With the self-check: a worker's CPU at its limit, its event loop stalled for several
-    tokens' time (it cannot read the streams as fast as they come), or open-loop arrivals
-    later than their own mean spacing (the load shape is not the one asked)."""
+    """With the self-check: a worker's CPU (or its CPU and its wait for a core) at its
+    limit, its event loop stalled for several tokens' time (it cannot read the streams as
+    fast as they come), or open-loop arrivals later than their own mean spacing (the load
+    shape is not the one asked)."""
     client = lv.summary.client
     if client is None or not client.client_bound:
         return []
@@ -92,6 +95,16 @@ def _saturated(lv: LevelFacts) -> list[Evidence]:
             Evidence(
                 what="busiest worker's CPU, at its limit",
                 value=fmt(client.max_cpu_pct),
+                unit="% of a core",
+                source=source,
+            )
+        ]
+    if (client.max_cpu_demand_pct or 0.0) >= CPU_SATURATED_PCT:
+        return [
+            Evidence(
+                what="a worker's CPU and its wait for a core, at its limit: another program "
+                f"shared its core (its CPU alone {fmt(client.max_cpu_pct)}%)",
+                value=fmt(client.max_cpu_demand_pct or 0.0),
                 unit="% of a core",
                 source=source,
             )
