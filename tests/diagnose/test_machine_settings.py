@@ -40,6 +40,7 @@ def test_the_story_run_names_the_p2p_level_and_the_tp_group(tmp_path: Path) -> N
     whats = {e.what: e.value for e in level_finding.evidence}
     assert whats["NCCL_P2P_LEVEL=5 (in the spec)"].startswith("NCCL reads it as SYS")
     assert "Drop NCCL_P2P_LEVEL" in level_finding.actions[0].text
+    assert level_finding.actions[0].target == "engine"  # the spec's env, not the machine
 
 
 def test_no_spec_or_no_probe_says_nothing(tmp_path: Path) -> None:

@@ -313,6 +313,8 @@ def test_degraded_links_in_the_probe_make_comm_latency_critical(tmp_path: Path):
     assert top.kind is FindingKind.COMM_LATENCY and top.severity is Severity.CRITICAL
     codes = {e.source for e in top.evidence}
     assert "probe verdict p2p-access-denied" in codes and "probe verdict p2p-not-supported" in codes
+    p2p = next(a for a in top.actions if "peer-to-peer" in a.text)
+    assert p2p.target == "outside"  # the machine, not a setting servelab launches with
 
 
 def test_one_gpu_has_no_comm_latency(tmp_path: Path):
@@ -474,6 +476,7 @@ def test_a_sweep_that_still_grows_is_not_saturated(tmp_path: Path):
     [finding] = [f for f in found.findings if f.kind is FindingKind.NOT_SATURATED]
     assert finding.severity is Severity.INFO
     assert finding.actions[0].flags[0] == "--concurrency"
+    assert finding.actions[0].target == "load"  # a bench setting: tune never seeds it
     assert finding.missing  # no model: where the knee is expected cannot be said
 
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servelab.core.severity import Severity
+from servelab.engines.base import KNOB_NAMES, LAYOUT_NAMES
 
 __all__ = [
     "Action",
+    "ActionTarget",
     "Evidence",
     "ExpectedGain",
     "Finding",
@@ -68,12 +71,34 @@ class Evidence(BaseModel):
     )
 
 
+class ActionTarget(StrEnum):
+    """What an action changes, so that a tool applies only what it can set."""
+
+    ENGINE = "engine"
+    LOAD = "load"
+    OUTSIDE = "outside"
+
+
+_ENGINE_KNOBS = frozenset({*KNOB_NAMES, *LAYOUT_NAMES, "layout"})
+"""Knobs of the engine spec an action names: its knobs and its parallel layout."""
+_ENV_PREFIX = "env."
+"""An engine spec's environment variable as an action's knob: env.OMP_NUM_THREADS."""
+
+
 class Action(BaseModel):
     """What to change: a knob with its value and, where the engine is known, its own flags."""
 
     model_config = ConfigDict(extra="forbid")
 
     text: str = Field(description="The action as a sentence, flags included.")
+    target: ActionTarget = Field(
+        description="What it changes. engine: a setting of the engine spec (a knob, the "
+        "layout, an env variable, the engine's own flags): `tune` tries these; load: a "
+        "`servelab bench` setting (concurrency, rate, workers, timeout), the measurement "
+        "rather than the engine; outside: what servelab cannot set on the engine or the load "
+        "(the machine, a kernel, the driver, BIOS, the deployment) or something to read or "
+        "measure first. A stored action without it gets one from its knob and flags."
+    )
     knob: str | None = Field(
         default=None, description="servelab's knob (engine spec) or bench option, if any."
     )
@@ -93,6 +118,29 @@ class Action(BaseModel):
         "value its text names ('if CUDA graphs are off: ...'): a finding whose settings "
         "actions are all conditional ranks below those on known settings.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _target_of_stored(cls, data: Any) -> Any:
+        """diagnosis.json written before `target` existed: the target its shape implies."""
+        if isinstance(data, dict) and "target" not in data:
+            return {**data, "target": _inferred_target(data)}
+        return data
+
+
+def _inferred_target(data: dict[str, Any]) -> ActionTarget:
+    """An engine's flags or a knob of its spec: engine; any other knob was a `servelab bench`
+    option (bench_action made the only such actions): load; no knob and no flags: outside."""
+    knob = data.get("knob")
+    if data.get("engine") is not None or _is_engine_knob(knob):
+        return ActionTarget.ENGINE
+    if knob is not None or data.get("flags"):
+        return ActionTarget.LOAD
+    return ActionTarget.OUTSIDE
+
+
+def _is_engine_knob(knob: Any) -> bool:
+    return isinstance(knob, str) and (knob in _ENGINE_KNOBS or knob.startswith(_ENV_PREFIX))
 
 
 class ExpectedGain(BaseModel):

@@ -88,7 +88,7 @@ def _details(index: int, finding: Finding) -> Table:
     if len(finding.evidence) > len(shown):
         table.add_row("", f"and {len(finding.evidence) - len(shown)} more (--json)")
     for action in finding.actions:
-        table.add_row("try", escape(action.text))
+        table.add_row(f"try ({action.target})", escape(action.text))
     if finding.expected_gain is not None:
         table.add_row("expected", escape(finding.expected_gain.text))
     for missing in finding.missing:

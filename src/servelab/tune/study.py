@@ -1,7 +1,7 @@
 """A study: Optuna's search over one space, its trials real launches, on one or more hosts.
 
-The first trial is the base spec as given; once it is measured, the actions `diagnose`
-proposes for it that lie in the space are the next trials; then the sampler searches
+The first trial is the base spec as given; once it is measured, the engine actions
+`diagnose` proposes for it that lie in the space are the next trials; then the sampler searches
 (TPE, or the whole grid when the space lists fewer settings than the trial budget).
 Every worker (`tune run`, `tune join`) takes trials until the study holds `trials`
 finished ones or its time budget ends, and rewrites study.json after each.
@@ -28,8 +28,8 @@ from servelab.core.errors import ConfigError, ServelabError
 from servelab.core.redact import MASK, register_secret
 from servelab.diagnose import Diagnosis
 from servelab.diagnose.check import Applies, PredictionCheck, check_prediction
-from servelab.diagnose.findings import FindingKind
-from servelab.engines.base import KNOB_NAMES, LAYOUT_NAMES
+from servelab.diagnose.findings import Action, ActionTarget, FindingKind
+from servelab.engines.base import LAYOUT_NAMES
 from servelab.probe.report import ProbeReport
 from servelab.store import DEFAULT_RUNS_DIR, RunDir
 from servelab.tune.noise import best_noise
@@ -71,6 +71,8 @@ _ATTR_TEXT = "space_text"
 _ATTR_QUESTION = "question"
 _ATTR_SAMPLER = "sampler"
 _ATTR_NOTES = "notes"
+_ENV_PATH = "env."
+"""An action's knob env.NAME (an engine spec's environment variable) is the space's path."""
 ATTR_CONFIRMATION = "confirmation"
 """The study's user attribute holding `tune run --confirm`'s Confirmation."""
 _BUDGET_KEYS = frozenset({"trials", "time_budget", "study"})
@@ -370,7 +372,8 @@ def _after(
 def _seed_from_diagnosis(
     study: optuna.Study, default: optuna.trial.FrozenTrial, space: SearchSpace, study_dir: Path
 ) -> None:
-    """The default's diagnosis actions that are settings of the space, as the next trials."""
+    """The default's diagnosis engine actions that are settings of the space, as the next
+    trials."""
     path = trial_dir(study_dir, default.number)
     diagnosis = RunDir(path).load_diagnosis(Diagnosis) if path.is_dir() else None
     if diagnosis is None or space.diagnose_seeds == 0:
@@ -379,7 +382,7 @@ def _seed_from_diagnosis(
     seeded = 0
     for finding in diagnosis.findings:
         for action in finding.actions:
-            change = _action_params(action.knob, action.value, space)
+            change = _action_params(action, space)
             if change is None:
                 continue
             params = {**default.params, **change}
@@ -404,12 +407,12 @@ def _seed_from_diagnosis(
     study.set_user_attr(_ATTR_NOTES, notes)
 
 
-def _action_params(knob: str | None, value: Any, space: SearchSpace) -> dict[str, Any] | None:
-    """The space's parameters an action sets; None when it sets none of them."""
-    if knob is None or value is None:
+def _action_params(action: Action, space: SearchSpace) -> dict[str, Any] | None:
+    """The space's parameters an engine action sets; None when it sets none of them (an
+    action on the load or outside the engine is never a trial: a study varies the engine)."""
+    knob, value = action.knob, action.value
+    if action.target is not ActionTarget.ENGINE or knob is None or value is None:
         return None
-    if knob in KNOB_NAMES and space.param(f"knobs.{knob}") is not None:
-        return {f"knobs.{knob}": value}
     if knob == "layout" and isinstance(value, str):
         if space.param("layout") is not None:
             return {"layout": value}
@@ -420,7 +423,8 @@ def _action_params(knob: str | None, value: Any, space: SearchSpace) -> dict[str
             if key in LAYOUT_NAMES and space.param(key) is not None and size.isdigit()
         }
         return change or None
-    return None
+    path = knob if knob.startswith(_ENV_PATH) else f"knobs.{knob}"
+    return {path: value} if space.param(path) is not None else None
 
 
 def _open(space: SearchSpace, storage: optuna.storages.RDBStorage, *, create: bool) -> optuna.Study:

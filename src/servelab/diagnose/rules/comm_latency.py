@@ -22,6 +22,7 @@ from servelab.diagnose.actions import layout_action, text_action
 from servelab.diagnose.facts import LevelFacts, RunFacts
 from servelab.diagnose.findings import (
     Action,
+    ActionTarget,
     Evidence,
     ExpectedGain,
     Finding,
@@ -295,7 +296,8 @@ def _actions(facts: RunFacts, model: ModelView | None, lv: LevelFacts, links: bo
         )
     actions.append(
         text_action(
-            "keep the tensor-parallel group on the fastest links (one NUMA node, one switch)"
+            "keep the tensor-parallel group on the fastest links (one NUMA node, one switch)",
+            ActionTarget.ENGINE,  # the GPUs the spec gives it (CUDA_VISIBLE_DEVICES)
         )
     )
     return actions

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from servelab.diagnose.actions import bench_action, text_action
 from servelab.diagnose.facts import LevelFacts, RunFacts
-from servelab.diagnose.findings import Action, Evidence, Finding, FindingKind, Severity
+from servelab.diagnose.findings import (
+    Action,
+    ActionTarget,
+    Evidence,
+    Finding,
+    FindingKind,
+    Severity,
+)
 from servelab.diagnose.signals import fmt
 from servelab.engines.signatures import EventKind
 
@@ -134,7 +141,8 @@ def _actions(kinds: list[str], grows: bool) -> list[Action]:
     if grows:
         actions.append(
             text_action(
-                "lower the load per replica, or read engine.log at the time of the failures"
+                "lower the load per replica, or read engine.log at the time of the failures",
+                ActionTarget.LOAD,
             )
         )
     actions.append(

@@ -35,6 +35,7 @@ from servelab.diagnose.engineconf import GRAPH_MAX_FLAGS, EngineConfig
 from servelab.diagnose.facts import LevelFacts, RunFacts
 from servelab.diagnose.findings import (
     Action,
+    ActionTarget,
     Evidence,
     ExpectedGain,
     Finding,
@@ -227,12 +228,14 @@ def _action(conf: EngineConfig, flag: str, above: list[_Point], limit: int) -> A
     why = f"capture CUDA graphs up to the largest running batch ({largest:.3g})"
     if flag in GRAPH_MAX_FLAGS:
         return Action(
+            target=ActionTarget.ENGINE,
             text=f"{why}: {flag} {size}",
             value=size,
             engine=conf.name,
             flags=[flag, str(size)],
         )
     return Action(
+        target=ActionTarget.ENGINE,
         text=f"{why}: make {size} the largest size {flag} captures (it set {limit})",
         value=size,
         engine=conf.name,

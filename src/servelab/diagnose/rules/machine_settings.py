@@ -3,7 +3,8 @@
 The run records the spec it launched (summary.json) and, with `run`, the machine's
 probe.json: `engines.machine_check` reads one against the other, and each contradiction
 it finds becomes a finding with the probe's facts as evidence. A run attached by URL has
-no spec, and one without probe.json no machine: the rule then says nothing.
+no spec, and one without probe.json no machine: the rule then says nothing. Its actions
+change the spec (an NCCL variable, CUDA_VISIBLE_DEVICES, the layout), not the machine.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import yaml
 from servelab.core.errors import ConfigError
 from servelab.diagnose.actions import text_action
 from servelab.diagnose.facts import RunFacts
-from servelab.diagnose.findings import Evidence, Finding, FindingKind
+from servelab.diagnose.findings import ActionTarget, Evidence, Finding, FindingKind
 from servelab.engines.machine_check import machine_verdicts
 from servelab.engines.spec import parse_spec
 from servelab.probe.verdict import Severity
@@ -46,7 +47,7 @@ def rule(facts: RunFacts) -> list[Finding]:
             confidence=_CONFIDENCE,
             evidence=[_evidence(line, verdict.code) for line in verdict.evidence],
             explanation=verdict.meaning,
-            actions=[text_action(verdict.action)],
+            actions=[text_action(verdict.action, ActionTarget.ENGINE)],
         )
         for verdict in verdicts
     ]

@@ -29,6 +29,7 @@ from servelab.diagnose.actions import flag_name_action, knob_action, text_action
 from servelab.diagnose.facts import LevelFacts, RunFacts
 from servelab.diagnose.findings import (
     Action,
+    ActionTarget,
     Evidence,
     ExpectedGain,
     Finding,
@@ -288,7 +289,8 @@ def _unaligned(facts: RunFacts) -> list[Finding]:
                 actions=[
                     text_action(
                         f"a smaller cache block ({flag}), where its attention backend "
-                        "allows, or longer shared prefixes (a system prompt of whole blocks)"
+                        "allows, or longer shared prefixes (a system prompt of whole blocks)",
+                        ActionTarget.ENGINE,
                     )
                 ],
                 levels=[lv.level],

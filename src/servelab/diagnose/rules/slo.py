@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from servelab.diagnose.actions import knob_action, text_action
 from servelab.diagnose.facts import LevelFacts, RunFacts
-from servelab.diagnose.findings import Action, Evidence, Finding, FindingKind, Severity
+from servelab.diagnose.findings import (
+    Action,
+    ActionTarget,
+    Evidence,
+    Finding,
+    FindingKind,
+    Severity,
+)
 from servelab.diagnose.signals import fmt
 
 __all__ = ["ATTAINMENT", "rule"]
@@ -99,7 +106,8 @@ def _actions(facts: RunFacts, broken: list[str], best: LevelFacts | None) -> lis
         actions.append(
             text_action(
                 "TTFT breaks under queueing: serve fewer requests per replica (more replicas) "
-                "or shorten the prompts' prefill (prefix cache, smaller chunks)"
+                "or shorten the prompts' prefill (prefix cache, smaller chunks)",
+                ActionTarget.ENGINE,
             )
         )
     if best is not None:
