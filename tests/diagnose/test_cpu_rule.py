@@ -12,7 +12,7 @@ _SWEEP = [(1, 500.0, 5.0, 20.0), (2, 900.0, 6.0, 30.0), (4, 1300.0, 8.0, 60.0),
 
 
 def _run(tmp_path: Path, engine_cores: list[float], host_busy: float, *, threads: int = 1,
-         host_cores: int = 2, engine: str = "embedded") -> Path:  # fmt: skip
+         host_cores: int = 2, engine: str = "embedded", env: str = "") -> Path:  # fmt: skip
     levels = [
         level(
             i,
@@ -30,7 +30,8 @@ def _run(tmp_path: Path, engine_cores: list[float], host_busy: float, *, threads
         )
         for i, ((c, tps, tpot, ttft), cores) in enumerate(zip(_SWEEP, engine_cores, strict=True))
     ]
-    spec = f"engine: {engine}\ndevice: cpu\nenv:\n  OMP_NUM_THREADS: '{threads}'\n"
+    env = env or f"OMP_NUM_THREADS: '{threads}'"
+    spec = f"engine: {engine}\ndevice: cpu\nenv:\n  {env}\n"
     run = summary(levels, engine={"engine": engine, "spec": spec, "command": []},
                   target_engine=engine)  # fmt: skip
     return write_run(tmp_path / "run", run)
@@ -45,6 +46,7 @@ def test_busy_threads_and_a_free_core_ask_for_a_thread_more(tmp_path: Path):
     finding = next(f for f in found if f.kind == "cpu_bound")
     action = finding.actions[0]
     assert action.flags == ["OMP_NUM_THREADS=7"] and action.available  # 3.8 cores were idle
+    assert action.target == "engine"  # the spec's env
     assert finding.expected_gain is not None and finding.expected_gain.factor == 1.75
     assert any("TPOT" in e.what for e in finding.evidence)
 
@@ -55,6 +57,7 @@ def test_busy_threads_on_a_full_machine_give_no_thread_action(tmp_path: Path):
     (action,) = finding.actions
     assert not action.flags and "no whole core was idle" in action.text
     assert not action.available, "nothing on this machine can be done: said, not offered"
+    assert action.target == "outside"  # more cores, or the load sent from another machine
     assert finding.expected_gain is None
 
 
@@ -76,3 +79,19 @@ def test_a_gpu_engine_is_not_judged_by_its_cpu(tmp_path: Path):
     spec_path = folder / "summary.json"
     spec_path.write_text(spec_path.read_text().replace("device: cpu", "device: cuda"))
     assert not {"cpu_bound", "cpu_contention"} & set(kinds(diagnose(folder)))
+
+
+def test_a_bound_vllm_counts_one_thread_a_core_of_its_binding(tmp_path: Path):
+    """vLLM's CPU build as servelab launches it: its compute threads are the cores its
+    binding lists (VLLM_CPU_OMP_THREADS_BIND), not every core of the machine. Two bound
+    cores kept busy on a machine of eight with four idle: bound; the same load read against
+    all eight cores would be an engine with idle threads."""
+    busy = [1.0, 1.6, 1.95, 1.97, 1.96]
+    bound = _run(tmp_path, busy, host_busy=3.5, host_cores=8, engine="vllm",
+                 env="VLLM_CPU_OMP_THREADS_BIND: '0|1'")  # fmt: skip
+    finding = next(f for f in diagnose(bound).findings if f.kind == "cpu_bound")
+    assert "VLLM_CPU_OMP_THREADS_BIND" in " ".join(e.source for e in finding.evidence)
+    assert "VLLM_CPU_OMP_THREADS_BIND" in finding.actions[0].text
+    unbound = _run(tmp_path, busy, host_busy=3.5, host_cores=8, engine="vllm",
+                   env="VLLM_CPU_OMP_THREADS_BIND: auto")  # fmt: skip
+    assert "cpu_bound" not in kinds(diagnose(unbound))

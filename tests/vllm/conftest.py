@@ -58,7 +58,7 @@ from servelab.bench.trial import PROFILE_DIR, engine_info, for_engine, save_engi
 from servelab.bench.workload import WorkloadSpec
 from servelab.core.processes import group_alive
 from servelab.diagnose import DiagnoseOptions, diagnose_run
-from servelab.diagnose.findings import Finding, FindingKind
+from servelab.diagnose.findings import ActionTarget, Finding, FindingKind
 from servelab.engines.base import EngineSpec, Knobs
 from servelab.engines.embedded import ensure_model
 from servelab.engines.launcher import RunningEngine
@@ -208,14 +208,11 @@ def vllm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Environment of every vLLM the tests start: a 1 GiB KV cache, one compile cache for
-    the session (later launches reuse the first one's compiled graphs), and its compute
-    threads bound to the first core. On two cores vLLM's OpenMP threads otherwise take both
-    and starve the load generator and vLLM's own API server: a streamed request of 256
-    tokens arrived in one burst at its end (TTFT 342 ms, TPOT 0, the client's loop 317 ms
-    late at p99); bound to one core the same level read TTFT 14 ms and TPOT 4 ms."""
+    """Environment of every vLLM the tests start: a 1 GiB KV cache and one compile cache
+    for the session (later launches reuse the first one's compiled graphs). The CPU share
+    (compute threads on the first half of the cores, the scheduler at nice 10) is the
+    adapter's own, as for a user's launch: see engines/cpu_share.py."""
     return {
-        "VLLM_CPU_OMP_THREADS_BIND": "0",
         "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
         "VLLM_CACHE_ROOT": str(tmp_path_factory.getbasetemp() / "vllm-cache"),
     }
@@ -246,7 +243,6 @@ def _start(spec: EngineSpec, log_path: Path, what: str) -> Iterator[VllmEngine]:
     started = time.monotonic()
     watched = launch_watched(spec, log_path=log_path)
     engine = VllmEngine(watched, time.monotonic() - started)
-    lower_the_schedulers_priority(watched.engine.pgid)
     running = engine.engine
     try:
         yield engine
@@ -256,31 +252,6 @@ def _start(spec: EngineSpec, log_path: Path, what: str) -> Iterator[VllmEngine]:
     port = int(running.url.rsplit(":", 1)[1])
     left = leftovers(running.pgid, host, port, before)
     assert not left, f"{what}: {'; '.join(left)}"
-
-
-SCHEDULER_NICE = 10
-
-
-def lower_the_schedulers_priority(pgid: int) -> None:
-    """Every thread of the engine's `VLLM::EngineCore` at nice 10. The scheduler process
-    polls for its worker's output in a spin of sched_yield; on two cores, one taken by the
-    bound worker, it shares the other with vLLM's API server and the load generator and
-    starves them: a streamed 256-token reply came in one burst at its end in 3 of 9
-    requests (TTFT 370 ms, TPOT 0), and a CI run read a p90 TTFT at the running cap of
-    450 ms. At nice 10, 12 of 12 streamed (TTFT 14-44 ms, the largest gap 6 ms without
-    contention); the steps are slower (2.9 ms against 1.5 ms a token), which every test
-    here measures alike. It makes bursts rarer, not impossible: ten levels of 1-5 streams
-    still read bursts in a third of them (see `vllm_workloads`)."""
-    for pid in vllm_processes():
-        try:
-            if os.getpgid(pid) != pgid:
-                continue
-            if not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"VLLM::EngineCore"):
-                continue
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                os.setpriority(os.PRIO_PROCESS, int(task.name), SCHEDULER_NICE)
-        except OSError:
-            continue
 
 
 _started = contextlib.contextmanager(_start)
@@ -490,11 +461,19 @@ class Rerun:
 
 
 def _first_action(outcome: BenchOutcome, kind: FindingKind) -> tuple[Finding, str, Any]:
-    """The finding of `kind` in the planted run's diagnosis and its first settable action."""
+    """The finding of `kind` in the planted run's diagnosis and its first engine action
+    with a value."""
     diagnosis = diagnose_run(outcome.run_dir, DiagnoseOptions(engine="vllm"))
     finding = next((f for f in diagnosis.findings if f.kind is kind), None)
     assert finding is not None, [f.kind.value for f in diagnosis.findings]
-    action = next((a for a in finding.actions if a.knob and a.value is not None), None)
+    action = next(
+        (
+            a
+            for a in finding.actions
+            if a.target is ActionTarget.ENGINE and a.knob and a.value is not None
+        ),
+        None,
+    )
     assert action is not None and action.knob is not None, finding.actions
     return finding, action.knob, action.value
 
@@ -614,13 +593,14 @@ def vllm_workloads(
 
     `VLLM_ENABLE_V1_MULTIPROCESSING=0` lets a one-device engine take vLLM's `uni` executor
     (the CPU build otherwise forces `mp`): no `VLLM::Worker` process, so no EngineCore
-    spinning in sched_yield while it waits for one. vLLM then runs one compute thread in
-    the EngineCore (its log: "Reducing Torch threads from 2 to 1"), at nice 10 with the
-    rest of it. The capacity search judges each level by its requests' tail: with the
-    Worker, ten levels of 1-5 streams against this cap (64 in, 256 out) read a third of
-    them delivered in bursts and 13-35% of requests past 1.5x the cap's median E2E at or
-    below the cap; without it, no burst in ten levels, every level at or below the cap at
-    a p90 within 1.07x of that median, and 25% of requests past it at 5 streams.
+    spinning in sched_yield while it waits for one. vLLM then runs one compute thread in the
+    EngineCore (its log: "Reducing Torch threads from 2 to 1"), at nice 10 with the rest of
+    it (the adapter lowers every thread of the EngineCore). The capacity search judges each
+    level by its requests' tail: with the Worker, ten levels of 1-5 streams against this cap
+    (64 in, 256 out) read a third of them delivered in bursts and 13-35% of requests past
+    1.5x the cap's median E2E at or below the cap; without it, no burst in ten levels, every
+    level at or below the cap at a p90 within 1.07x of that median, and 25% of requests past
+    it at 5 streams.
 
     The other engines keep the `mp` executor their tests were measured on: under `uni` the
     step-budget engine's prediction of its action read 8.04x (5.09-12.7) where 2.54x was

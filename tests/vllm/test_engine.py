@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import urllib.request
 from collections.abc import Callable
@@ -13,10 +14,17 @@ import yaml
 
 from servelab.core.errors import ConfigError, EngineLaunchError
 from servelab.engines.base import EngineSpec, Knobs
+from servelab.engines.cpu_share import SCHEDULER_NICE, engine_cpu_share
 from servelab.engines.flagcheck import installed_flags
 from servelab.engines.registry import get_adapter
 from servelab.engines.signatures import EventKind, LogEvent, LogScan
-from servelab.engines.vllm import API_SERVER_MODULE, KNOB_FLAGS, LAYOUT_FLAGS, is_cpu_build
+from servelab.engines.vllm import (
+    API_SERVER_MODULE,
+    KNOB_FLAGS,
+    LAYOUT_FLAGS,
+    OMP_BIND_ENV,
+    is_cpu_build,
+)
 from servelab.engines.watched import launch_watched
 from servelab.store import RunDir
 from servelab.telemetry.scrape import parse_metrics
@@ -48,6 +56,36 @@ def _trial_scan(study: TuneRun) -> LogScan:
     scan = RunDir(study.run_dir(study.trial_at_cap(CAP))).load_engine_events(LogScan)
     assert scan is not None
     return scan
+
+
+def test_the_adapter_leaves_the_load_generator_its_cores(vllm_kv_limited: VllmEngine):
+    """vLLM's CPU build as the product launches it: compute threads on the first half of the
+    usable cores, every thread of its scheduler (the EngineCore's sched_yield spin) at nice
+    10 while its worker and API server keep the launcher's priority; what was set is in
+    the engine's record."""
+    engine = vllm_kv_limited.engine
+    share = engine_cpu_share()
+    settled = engine.settled
+    assert settled[OMP_BIND_ENV] == ",".join(map(str, share.engine))
+    assert engine.spec.env[OMP_BIND_ENV] == settled[OMP_BIND_ENV]
+    assert (settled["engine_cpus"], settled["client_cpus"]) == (
+        list(share.engine),
+        list(share.client),
+    )
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    schedulers = settled["scheduler_pids"]
+    assert schedulers and settled["scheduler_nice"] == SCHEDULER_NICE != own
+    titles = {pid: Path(f"/proc/{pid}/cmdline").read_bytes() for pid in vllm_processes()}
+    for pid, title in titles.items():
+        if os.getsid(pid) != engine.pgid:
+            continue
+        threads = {
+            os.getpriority(os.PRIO_PROCESS, int(t.name))
+            for t in Path(f"/proc/{pid}/task").iterdir()
+        }
+        expected = SCHEDULER_NICE if title.startswith(b"VLLM::EngineCore") else own
+        assert threads == {expected}, (title[:40], threads)
+    assert set(schedulers) <= set(titles)
 
 
 def test_an_engine_starts_within_three_minutes_and_serves_metrics(vllm_kv_limited: VllmEngine):

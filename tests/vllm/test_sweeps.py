@@ -11,6 +11,7 @@ from servelab.bench.results import LevelSummary
 from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
 from servelab.bench.trial import for_engine
 from servelab.diagnose import find_knee
+from servelab.engines.cpu_share import SCHEDULER_NICE
 from servelab.telemetry.summary import MIN_ENGINE_SAMPLES, EngineLevel
 from tests.vllm.conftest import CAP, CAPPED_LEVELS, KV_BLOCKS, SWEEP_WORKLOAD, VllmEngine
 
@@ -43,6 +44,13 @@ def test_the_capped_sweep_fills_the_cap_queues_above_it_and_knees_at_it(
 ):
     levels = vllm_capped_sweep.summary.levels
     assert [level.max_concurrency for level in levels] == list(CAPPED_LEVELS)
+    # launched by `servelab tune` as a user's would be: the load generator kept its cores
+    # by the adapter's own share, not by anything the test harness set
+    engine_record = vllm_capped_sweep.summary.engine
+    assert engine_record is not None
+    share = engine_record["cpu_share"]
+    assert share["scheduler_pids"] and share["scheduler_nice"] == SCHEDULER_NICE
+    assert share["client_cpus"] and share["engine_cpus"]
     assert all(level.failed == 0 and level.completed > 0 for level in levels)
     engines = [_engine(level) for level in levels]
     below, at, above = engines[0], engines[1], engines[-1]

@@ -226,7 +226,8 @@ def _has_metrics(engine: RunningEngine) -> bool:
 
 
 def engine_info(engine: RunningEngine) -> dict[str, Any]:
-    """What summary.json records about the engine."""
+    """What summary.json records about the engine: its launch, and the CPU share its
+    adapter set once it answered, where it set one."""
     return {
         "engine": engine.adapter.name,
         "model": engine.spec.model,
@@ -236,7 +237,7 @@ def engine_info(engine: RunningEngine) -> dict[str, Any]:
         "spec": spec_yaml(engine.spec),
         "log": engine.log_path.name,
         "gpu_memory_released": engine.gpu_memory_released,
-    }
+    } | ({"cpu_share": engine.settled} if engine.settled else {})
 
 
 def save_engine_events(

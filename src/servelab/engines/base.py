@@ -31,6 +31,7 @@ __all__ = [
     "EngineAdapter",
     "EngineSpec",
     "Knobs",
+    "SettlesAfterStart",
 ]
 
 DEFAULT_STARTUP_TIMEOUT_S = 600.0
@@ -191,4 +192,14 @@ class EngineAdapter(Protocol):
 
     def command(self, spec: EngineSpec, *, host: str, port: int) -> list[str]:
         """The argv that starts the engine on host:port."""
+        ...
+
+
+@runtime_checkable
+class SettlesAfterStart(Protocol):
+    """An adapter with something to adjust once its engine answers (a process's priority,
+    which only exists once the engine has forked it)."""
+
+    def settle(self, spec: EngineSpec, session_id: int) -> dict[str, Any]:
+        """Adjust the running engine of session `session_id`; what was set, for the run."""
         ...

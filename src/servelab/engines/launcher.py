@@ -26,6 +26,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from servelab.core.errors import EngineLaunchError
 from servelab.core.net import LOCALHOST, check_can_listen, free_port, port_free, url_host
@@ -36,7 +37,7 @@ from servelab.core.processes import (
     signal_group,
 )
 from servelab.core.redact import is_secret_name, redact_argv, register_secret
-from servelab.engines.base import EngineAdapter, EngineSpec
+from servelab.engines.base import EngineAdapter, EngineSpec, SettlesAfterStart
 from servelab.engines.enginelog import LogPump, log_tail
 from servelab.engines.gpu import DEFAULT_GPU_RELEASE_TIMEOUT_S, GpuWatch
 from servelab.engines.registry import get_adapter
@@ -76,6 +77,8 @@ class RunningEngine:
     still does, None when not checked (no NVML here, or not stopped yet)."""
     gpu_memory_detail: str = "n/a: not stopped yet"
     """What was held and when it was released, or why it was not checked."""
+    settled: dict[str, Any] = field(default_factory=dict)
+    """What the adapter adjusted once the engine answered (its CPU share), for the run."""
     _pump: LogPump | None = field(default=None, repr=False)
     _gpus: GpuWatch | None = field(default=None, repr=False)
 
@@ -184,6 +187,8 @@ def launch_engine(
         raise
     if gpus is not None:
         gpus.observe(engine.pgid)
+    if isinstance(adapter, SettlesAfterStart):
+        engine.settled = adapter.settle(spec, engine.pgid)
     on_status(f"{adapter.name} ready at {engine.url}")
     return engine
 

@@ -26,6 +26,7 @@ the same folder transformers serve runs on, in the preset's dtype.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -34,6 +35,7 @@ from pathlib import PurePath
 
 from servelab.core.errors import ConfigError
 from servelab.engines.base import PINNING_FIELDS, EngineSpec
+from servelab.engines.cpu_share import SCHEDULER_NICE, engine_cpu_share, lower_priority
 from servelab.engines.embedded import SERVER_ENV, ensure_model, get_preset, model_dir
 from servelab.engines.flagcheck import CliFlags
 from servelab.engines.knobs import FlagRule, map_knobs, map_layout, switch, value
@@ -46,6 +48,7 @@ __all__ = [
     "KNOB_FLAGS",
     "LAYOUT_FLAGS",
     "LOG_STATS_INTERVAL_S",
+    "OMP_BIND_ENV",
     "VLLMAdapter",
     "is_cpu_build",
     "script_interpreter",
@@ -59,6 +62,12 @@ LOG_STATS_INTERVAL_S = 1.0
 """`VLLM_LOG_STATS_INTERVAL` servelab launches with (vLLM's default is 10 s), so the
 periodic `Engine 000: ...` line gives the running and waiting requests every second, for
 when /metrics is absent. The spec's env wins."""
+
+OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+"""vLLM's CPU build binds each rank's OpenMP threads to the cores this lists ("0-3|4-7",
+one group a rank); its default, `auto`, takes every core of a NUMA node but one."""
+SCHEDULER_PROCESSES = (b"VLLM::EngineCore",)
+"""The process titles of vLLM's scheduler (`VLLM::EngineCore`, `VLLM::EngineCore_DP0`)."""
 
 LAYOUT_FLAGS: dict[str, FlagRule] = {
     "tp": value("--tensor-parallel-size"),
@@ -140,6 +149,29 @@ class VLLMAdapter:
         """What `prepare` returns, without building an embedded model (for `engine check`)."""
         return _resolved(spec, build=False)
 
+    def settle(self, spec: EngineSpec, session_id: int) -> dict[str, object]:
+        """On the CPU build, the scheduler at a lower priority (see engines.cpu_share): it
+        waits for its worker in a sched_yield spin that otherwise starves the client and
+        vLLM's own API server on the cores they share. What was set, for the run."""
+        if not is_cpu_build(spec):
+            return {}
+        record: dict[str, object] = {
+            "scheduler_nice": SCHEDULER_NICE,
+            "scheduler_pids": lower_priority(session_id, SCHEDULER_PROCESSES, SCHEDULER_NICE),
+        }
+        bind = spec.env.get(OMP_BIND_ENV) or os.environ.get(OMP_BIND_ENV)
+        ours = _cpu_binding(spec.model_copy(update={"env": {}})).get(OMP_BIND_ENV)
+        share = engine_cpu_share()
+        if bind is None:
+            record[OMP_BIND_ENV] = "auto (vLLM's own: more ranks than cores to split)"
+        elif bind == ours:
+            record |= {OMP_BIND_ENV: bind, **share.as_record()}
+        else:
+            record[OMP_BIND_ENV] = f"{bind} (the spec's or the environment's own)"
+        if share.starved:
+            record["starved"] = "one usable core: the engine and the load generator share it"
+        return record
+
     def program(self, spec: EngineSpec) -> list[str]:
         python, executable = spec.options.get("python"), spec.options.get("executable")
         if python is not None and executable is not None:
@@ -203,8 +235,23 @@ def _resolved(spec: EngineSpec, *, build: bool) -> EngineSpec:
         update["model"] = str(folder)
         update["extra_args"] = ["--dtype", preset.dtype, *spec.extra_args]
         env |= SERVER_ENV
-    update["env"] = {**env, **spec.env}
+    update["env"] = {**env, **_cpu_binding(spec), **spec.env}
     return spec.model_copy(update=update)
+
+
+def _cpu_binding(spec: EngineSpec) -> dict[str, str]:
+    """On the CPU build, each rank's compute threads on its part of the engine's half of
+    the cores (engines.cpu_share), unless the spec or the environment binds them already
+    or there are more ranks than cores to split."""
+    if OMP_BIND_ENV in spec.env or OMP_BIND_ENV in os.environ or not is_cpu_build(spec):
+        return {}
+    cores = engine_cpu_share().engine
+    ranks = spec.tp * spec.pp
+    if ranks > len(cores):
+        return {}
+    size = len(cores) // ranks
+    groups = [cores[rank * size : (rank + 1) * size] for rank in range(ranks)]
+    return {OMP_BIND_ENV: "|".join(",".join(map(str, group)) for group in groups)}
 
 
 def _blocks_override(tokens: int, block_tokens: int) -> list[str]:

@@ -28,6 +28,7 @@ from servelab.diagnose.deployment import launched_spec
 from servelab.diagnose.facts import LevelFacts, RunFacts
 from servelab.diagnose.findings import (
     Action,
+    ActionTarget,
     Evidence,
     ExpectedGain,
     Finding,
@@ -48,6 +49,8 @@ HOST_BUSY = 0.9
 for the kernel, interrupts and the reading itself."""
 
 _THREAD_ENV = ("OMP_NUM_THREADS",)
+_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+"""vLLM's CPU build runs one compute thread per core its binding lists."""
 _THREAD_ENGINES = frozenset({"embedded", "transformers"})
 """Engines whose compute threads are torch's intra-op pool, sized by OMP_NUM_THREADS."""
 _WEIGHTS = {"engine cpu": 0.6, "sweep": 0.3, "machine": 0.3}
@@ -115,9 +118,11 @@ def _bound(
             else "the machine's idle cores were not measured"
         )
         # Not a setting of this engine on this machine: a thread on a core the load
-        # generator also uses stalls the steps (OpenMP threads spin while they wait).
+        # generator also uses stalls the steps (OpenMP threads spin while they wait). What
+        # has to change first is the machine (more cores) or where the load is sent from.
         actions = [
             Action(
+                target=ActionTarget.OUTSIDE,
                 text=f"no whole core was idle to give it on this machine ({busy} at "
                 f"{knee.label}), and a thread sharing the load generator's core stalls the "
                 "steps; with more cores, or the load sent from another machine (servelab "
@@ -205,7 +210,22 @@ def _threads(facts: RunFacts, cpu: EngineCpu) -> tuple[int | None, str]:
         text = str(env.get(name, ""))
         if text.isdigit() and int(text) > 0:
             return int(text), f"summary.json engine spec env {name}"
+    bound = _bound_cpus(str(env.get(_BIND_ENV, "")))
+    if bound:
+        return bound, f"summary.json engine spec env {_BIND_ENV} (one thread a core)"
     return cpu.host_cores, "the cores it may use (no thread count in its spec)"
+
+
+def _bound_cpus(text: str) -> int | None:
+    """The CPUs a vLLM CPU binding lists ("0-3|4,5": each rank's list, ranges allowed),
+    or None where it names none (`auto`, `nobind`, unset)."""
+    count = 0
+    for part in text.replace("|", ",").split(","):
+        first, _, last = part.strip().partition("-")
+        if not first.isdigit() or not (last or first).isdigit():
+            return None
+        count += int(last or first) - int(first) + 1
+    return count or None
 
 
 def _spec(facts: RunFacts) -> dict[str, Any]:
@@ -252,6 +272,7 @@ def _threads_action(facts: RunFacts, threads: int, more: int) -> Action:
     name = facts.engine.name or ""
     if name in _THREAD_ENGINES:
         return Action(
+            target=ActionTarget.ENGINE,
             text=f"give the engine {more} more thread(s), on cores that were idle: "
             f"env: {{OMP_NUM_THREADS: {threads}}} in its spec",
             knob="env.OMP_NUM_THREADS",
@@ -259,7 +280,8 @@ def _threads_action(facts: RunFacts, threads: int, more: int) -> Action:
             engine=name,
             flags=[f"OMP_NUM_THREADS={threads}"],
         )
+    setting = f"env {_BIND_ENV}" if name == "vllm" else "its own thread setting"
     return text_action(
-        f"give the engine {more} more thread(s) on the cores that were idle (its own "
-        "thread setting)"
+        f"give the engine {more} more thread(s) on the cores that were idle ({setting})",
+        ActionTarget.ENGINE,
     )

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from servelab.core.errors import ConfigError
 from servelab.engines.base import EngineSpec
+from servelab.engines.cpu_share import engine_cpu_share
 from servelab.engines.embedded._deps import require_local_extra
 from servelab.engines.embedded.build import ensure_model, model_dir
 from servelab.engines.embedded.cache import (
@@ -133,7 +134,8 @@ def _pointed_at(spec: EngineSpec, preset: EmbeddedPreset, folder: Path) -> Engin
 
 
 def _cpu_threads(device: str) -> dict[str, str]:
-    """On the CPU, leave half the cores to the load generator running beside the engine.
+    """On the CPU, leave half the cores this process may use to the load generator
+    running beside the engine (engines.cpu_share).
 
     torch's OpenMP threads spin while they wait; when they compete with the client for
     every core, a step can stall for hundreds of milliseconds (measured on 2 cores: TTFT
@@ -141,4 +143,4 @@ def _cpu_threads(device: str) -> dict[str, str]:
     """
     if device != "cpu" or "OMP_NUM_THREADS" in os.environ:
         return {}
-    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // 2))}
+    return {"OMP_NUM_THREADS": str(len(engine_cpu_share().engine))}
