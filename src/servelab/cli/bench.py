@@ -11,7 +11,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from servelab.bench.cluster import OnNodeLoss
 from servelab.bench.conversation import ConversationSpec, parse_turns
 from servelab.bench.endpoint import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, Api
 from servelab.bench.load import LoadMode
@@ -26,17 +25,16 @@ from servelab.bench.workload import (
     WorkloadSpec,
     parse_dataset,
 )
-from servelab.cli.cluster_options import Cluster, DriverNode, NodeLoss, WorkersPerNode, cluster_spec
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
+from servelab.cli.option_groups import with_option_groups
 from servelab.cli.options import (
     AppliesFinding,
     Duration,
     EngineSpecPath,
-    Gpus,
+    InputLen,
     JsonOutput,
     NumRequests,
     OutDir,
-    RunsDir,
     ScrapeMetrics,
     check_range,
     parse_extra_body,
@@ -44,6 +42,7 @@ from servelab.cli.options import (
     parse_url,
 )
 from servelab.cli.progress import SweepView
+from servelab.cli.shared_options import SharedOptions
 from servelab.core.errors import ConfigError, ServelabError
 from servelab.core.units import parse_duration_s, parse_number_list, parse_slos
 from servelab.diagnose import DiagnoseOptions, diagnose_run
@@ -51,13 +50,14 @@ from servelab.diagnose.check import parse_applies
 from servelab.engines.spec import load_spec
 from servelab.report.diagnosis import render_diagnosis, top_finding_lines
 from servelab.report.tables import render_sweep
-from servelab.store.rundir import DEFAULT_RUNS_DIR
-from servelab.telemetry import resolve_gpus
 
 __all__ = ["bench", "print_failures"]
 
 
+# `servelab run` has options of these names that differ on purpose; cli/run.py says how.
+@with_option_groups
 def bench(
+    *,
     url: Annotated[
         str | None,
         typer.Option(help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000."),
@@ -145,7 +145,7 @@ def bench(
             " at once. Default: the whole trace.",
         ),
     ] = None,
-    input_len: Annotated[int, typer.Option(help="random: prompt tokens.")] = DEFAULT_INPUT_LEN,
+    input_len: InputLen = DEFAULT_INPUT_LEN,
     output_len: Annotated[
         int | None,
         typer.Option(
@@ -154,7 +154,7 @@ def bench(
         ),
     ] = None,
     range_ratio: Annotated[
-        float, typer.Option(help="random: lengths uniform in [r*L, L]; 1.0 is exact.")
+        float, typer.Option(help="random: lengths uniform in \\[r*L, L]; 1.0 is exact.")
     ] = 1.0,
     shared_prefix_len: Annotated[
         int, typer.Option(help="random: tokens of a prefix every prompt shares.")
@@ -184,14 +184,10 @@ def bench(
             " per node)."
         ),
     ] = None,
-    cluster: Cluster = None,
-    workers_per_node: WorkersPerNode = None,
-    driver_node: DriverNode = True,
-    on_node_loss: NodeLoss = OnNodeLoss.CONTINUE,
+    shared: SharedOptions,
     extra_body: Annotated[
         str | None, typer.Option(help="JSON object merged into every request body.")
     ] = None,
-    gpus: Gpus = None,
     metrics: ScrapeMetrics = True,
     torch_profile: Annotated[
         float | None,
@@ -204,7 +200,6 @@ def bench(
     applies: AppliesFinding = None,
     out: OutDir = None,
     name: Annotated[str | None, typer.Option(help="Run name. Default: from the URL.")] = None,
-    runs_dir: RunsDir = DEFAULT_RUNS_DIR,
     json_output: JsonOutput = False,
 ) -> None:
     """Drive an endpoint with a faithful load and measure TTFT, TPOT, ITL and throughput.
@@ -260,13 +255,7 @@ def bench(
         check_range("--range-ratio", range_ratio, low=0, high=1, low_inclusive=False)
         check_range("--shared-prefix-len", shared_prefix_len, low=0)
         check_range("--workers", workers, low=1)
-        cluster_at = cluster_spec(
-            cluster,
-            workers=workers,
-            workers_per_node=workers_per_node,
-            driver_node=driver_node,
-            on_node_loss=on_node_loss,
-        )
+        cluster_at = shared.cluster_spec(workers=workers)
         conversation = _conversation(dataset_name, multi_turn, turns, think_time)
         if conversation is not None and mode is not LoadMode.CONCURRENCY:
             raise ConfigError(
@@ -312,10 +301,10 @@ def bench(
             extra_body=parse_extra_body(extra_body),
             name=name,
             out=out,
-            runs_root=runs_dir,
+            runs_root=shared.runs_dir,
             command=["servelab", *sys.argv[1:]],
             applies=parse_applies(applies).label if applies is not None else None,
-            gpus=resolve_gpus(gpus) if gpus else [],
+            gpus=shared.telemetry_gpus(),
             metrics_url=base_url if metrics else None,
             torch_profile=(
                 ProfilePlan(level=torch_profile, folder=Path(PROFILE_DIR))

@@ -1,5 +1,5 @@
-"""`--cluster` and its companions, shared by `bench`, `run` and `tune`: the client's
-workers as Ray actors on a cluster's nodes (bench.cluster)."""
+"""`--cluster` and its companions: the client's workers as Ray actors on a cluster's nodes
+(bench.cluster). `bench`, `run` and `tune` take them through `shared_options.SharedOptions`."""
 
 from __future__ import annotations
 

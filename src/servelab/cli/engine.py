@@ -20,10 +20,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from servelab.cli.exit_codes import handle_errors
+from servelab.cli.option_groups import with_option_groups
 from servelab.cli.options import check_range
+from servelab.cli.spec_options import SpecOptions
 from servelab.core.errors import ConfigError
 from servelab.core.units import parse_duration_s, parse_number_list
-from servelab.engines.base import KNOB_NAMES, EngineSpec
+from servelab.engines.base import EngineSpec
 from servelab.engines.embedded.cache import EMBEDDED_CPU_MAX_CONCURRENCY
 
 if TYPE_CHECKING:
@@ -39,42 +41,6 @@ engine_app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-SpecPath = Annotated[
-    Path | None, typer.Argument(help="YAML spec: engine, model, tp, knobs, env, extra_args...")
-]
-EngineName = Annotated[
-    str | None,
-    typer.Option(
-        "--engine", help="sglang, vllm, transformers, embedded, sim (replaces the spec's)."
-    ),
-]
-Model = Annotated[
-    str | None,
-    typer.Option(help="Model path or hub id (embedded: a preset; vllm also embedded:PRESET)."),
-]
-ServedName = Annotated[str | None, typer.Option(help="Name the model is served under.")]
-Host = Annotated[str | None, typer.Option(help="Address to listen on. Default: 127.0.0.1.")]
-Port = Annotated[int | None, typer.Option(help="Port to listen on. Default: a free one.")]
-Tp = Annotated[int | None, typer.Option("--tp", help="Tensor parallel size.")]
-Pp = Annotated[int | None, typer.Option("--pp", help="Pipeline parallel size.")]
-Ep = Annotated[int | None, typer.Option("--ep", help="Expert parallel size.")]
-Dp = Annotated[int | None, typer.Option("--dp", help="Data parallel size.")]
-Device = Annotated[
-    str | None, typer.Option(help="Device, for transformers and embedded (vLLM has no such flag).")
-]
-Knob = Annotated[
-    list[str] | None,
-    typer.Option(
-        help=f"KEY=VALUE, repeatable; keys: {', '.join(KNOB_NAMES)}. Mapped to the engine's "
-        "own flag; a knob it lacks is an error."
-    ),
-]
-Env = Annotated[
-    list[str] | None, typer.Option(help="KEY=VALUE added to the engine's environment; repeatable.")
-]
-ExtraArgs = Annotated[
-    str | None, typer.Option(help="Native flags passed through, as one shell-quoted string.")
-]
 StartupTimeout = Annotated[
     str | None,
     typer.Option("--startup-timeout", help="How long the engine may take to be ready: 10m, 90s."),
@@ -83,21 +49,10 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document 
 
 
 @engine_app.command("check")
+@with_option_groups
 def check(
-    spec_path: SpecPath = None,
-    engine: EngineName = None,
-    model: Model = None,
-    served_name: ServedName = None,
-    host: Host = None,
-    port: Port = None,
-    tp: Tp = None,
-    pp: Pp = None,
-    ep: Ep = None,
-    dp: Dp = None,
-    device: Device = None,
-    knob: Knob = None,
-    env: Env = None,
-    extra_args: ExtraArgs = None,
+    *,
+    spec_options: SpecOptions,
     recorded: Annotated[
         bool,
         typer.Option(help="Check against the recorded flag list even when the engine is here."),
@@ -152,11 +107,7 @@ def check(
     """
     out, err = _out(), Console(stderr=True)
     with handle_errors(err):
-        layout = {"tp": tp, "pp": pp, "ep": ep, "dp": dp}
-        fields: dict[str, object] = {"engine": engine, "model": model, "served_name": served_name}
-        fields |= {"host": host}
-        fields |= {"port": port, "device": device, **layout}
-        spec = _spec(spec_path, fields, knob, env, extra_args)
+        spec = spec_options.spec()
         from servelab.engines.check import check_spec
 
         check_range("--input-len", input_len, low=1)
@@ -195,21 +146,10 @@ def check(
 
 
 @engine_app.command("up")
+@with_option_groups
 def up(
-    spec_path: SpecPath = None,
-    engine: EngineName = None,
-    model: Model = None,
-    served_name: ServedName = None,
-    host: Host = None,
-    port: Port = None,
-    tp: Tp = None,
-    pp: Pp = None,
-    ep: Ep = None,
-    dp: Dp = None,
-    device: Device = None,
-    knob: Knob = None,
-    env: Env = None,
-    extra_args: ExtraArgs = None,
+    *,
+    spec_options: SpecOptions,
     startup_timeout: StartupTimeout = None,
     name: Annotated[
         str | None, typer.Option(help="Name to stop it by. Default: ENGINE-PORT.")
@@ -228,15 +168,12 @@ def up(
     """
     out, err = _out(), Console(stderr=True)
     with handle_errors(err):
-        layout = {"tp": tp, "pp": pp, "ep": ep, "dp": dp}
-        fields: dict[str, object] = {"engine": engine, "model": model, "served_name": served_name}
-        fields |= {"host": host}
-        fields |= {"port": port, "device": device, **layout}
-        if startup_timeout is not None:
-            fields["startup_timeout_s"] = parse_duration_s(
-                startup_timeout, what="--startup-timeout"
-            )
-        spec = _spec(spec_path, fields, knob, env, extra_args)
+        timeout_s = (
+            parse_duration_s(startup_timeout, what="--startup-timeout")
+            if startup_timeout is not None
+            else None
+        )
+        spec = spec_options.spec(startup_timeout_s=timeout_s)
         from servelab.engines.detached import engine_up
 
         with err.status("starting", spinner="dots") as status:
@@ -340,31 +277,6 @@ def list_engines(json_output: JsonFlag = False) -> None:
                 r.name, r.engine, r.url, str(r.engine_process.pid), r.started_at, r.log_path
             )
         out.print(table)
-
-
-def _spec(
-    path: Path | None,
-    fields: dict[str, object],
-    knobs: list[str] | None,
-    env: list[str] | None,
-    extra_args: str | None,
-) -> EngineSpec:
-    """The spec file (if any) with the options on top."""
-    from servelab.engines.spec import load_spec, parse_assignments, spec_with
-
-    base = load_spec(path) if path is not None else None
-    try:
-        extra = shlex.split(extra_args or "")
-    except ValueError as exc:
-        raise ConfigError(f"--extra-args is not shell-quoted text: {exc}") from None
-    return spec_with(
-        base,
-        fields=fields,
-        knobs=parse_assignments(knobs or [], option="--knob", typed=True),
-        env=parse_assignments(env or [], option="--env", typed=False),
-        extra_args=extra,
-        source=str(path) if path is not None else "command line",
-    )
 
 
 def _against_machine(result: SpecCheck, spec: EngineSpec, probe: Path | None) -> SpecCheck:

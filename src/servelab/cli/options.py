@@ -19,6 +19,7 @@ __all__ = [
     "Duration",
     "EngineSpecPath",
     "Gpus",
+    "InputLen",
     "JsonOutput",
     "NumRequests",
     "OutDir",
@@ -72,6 +73,9 @@ Duration = Annotated[
         " in-flight ones finish."
     ),
 ]
+# Each command gives its own default: run's is sized for its case without options, the
+# embedded engine on a CPU.
+InputLen = Annotated[int, typer.Option(help="random: prompt tokens.")]
 Gpus = Annotated[
     str | None,
     typer.Option(

@@ -16,28 +16,27 @@ from servelab.bench.capacity import (
     DEFAULT_REMEASURES,
     DEFAULT_TOLERANCE,
 )
-from servelab.bench.cluster import OnNodeLoss
 from servelab.bench.load import LoadMode
 from servelab.bench.sweep import DEFAULT_MAX_CONCURRENCY
 from servelab.bench.workload import parse_dataset
 from servelab.cli.bench import print_failures
-from servelab.cli.cluster_options import Cluster, DriverNode, NodeLoss, WorkersPerNode, cluster_spec
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
+from servelab.cli.option_groups import with_option_groups
 from servelab.cli.options import (
     AppliesFinding,
     Duration,
     EngineSpecPath,
-    Gpus,
+    InputLen,
     JsonOutput,
     NumRequests,
     OutDir,
-    RunsDir,
     ScrapeMetrics,
     check_range,
     parse_url,
 )
 from servelab.cli.progress import SweepView
 from servelab.cli.report import Targets, Title
+from servelab.cli.shared_options import SharedOptions
 from servelab.core.errors import ConfigError
 from servelab.core.units import parse_duration_s, parse_number_list, parse_slos
 from servelab.diagnose.check import parse_applies
@@ -53,13 +52,18 @@ from servelab.pipeline.run import (
 from servelab.report import parse_target, render_capacity
 from servelab.report.diagnosis import top_finding_lines
 from servelab.report.tables import render_sweep
-from servelab.store.rundir import DEFAULT_RUNS_DIR
-from servelab.telemetry import resolve_gpus
 
 __all__ = ["run"]
 
 
+# Options named as bench's that differ from them on purpose: --url and --model are optional
+# (without either, the embedded engine); --concurrency defaults to the auto sweep and
+# --request-rate takes 'auto' for the capacity search; --slo also stops the auto sweep;
+# --dataset takes no trace (a trace sets its own send times); --output-len is one length
+# for every dataset; --torch-profile names a concurrency, a level of the sweep.
+@with_option_groups
 def run(
+    *,
     url: Annotated[
         str | None,
         typer.Option(help="Sweep this endpoint instead of launching the embedded engine."),
@@ -132,17 +136,13 @@ def run(
     dataset: Annotated[
         str, typer.Option(help="random, fixed (one prompt) or sharegpt:PATH.")
     ] = "random",
-    input_len: Annotated[int, typer.Option(help="random: prompt tokens.")] = DEFAULT_RUN_INPUT_LEN,
+    input_len: InputLen = DEFAULT_RUN_INPUT_LEN,
     output_len: Annotated[
         int, typer.Option(help="Output tokens of every request.")
     ] = DEFAULT_RUN_OUTPUT_LEN,
     num_requests: NumRequests = None,
     duration: Duration = None,
-    gpus: Gpus = None,
-    cluster: Cluster = None,
-    workers_per_node: WorkersPerNode = None,
-    driver_node: DriverNode = True,
-    on_node_loss: NodeLoss = OnNodeLoss.CONTINUE,
+    shared: SharedOptions,
     metrics: ScrapeMetrics = True,
     torch_profile: Annotated[
         int | None,
@@ -154,7 +154,6 @@ def run(
     ] = None,
     applies: AppliesFinding = None,
     out: OutDir = None,
-    runs_dir: RunsDir = DEFAULT_RUNS_DIR,
     target: Targets = None,
     title: Title = None,
     json_output: JsonOutput = False,
@@ -225,18 +224,13 @@ def run(
             num_requests=num_requests,
             duration_s=parse_duration_s(duration, what="--duration") if duration else None,
             out=out,
-            runs_root=runs_dir,
+            runs_root=shared.runs_dir,
             command=["servelab", *sys.argv[1:]],
             applies=parse_applies(applies).label if applies is not None else None,
-            gpus=resolve_gpus(gpus) if gpus else [],
+            gpus=shared.telemetry_gpus(),
             metrics=metrics,
             torch_profile=float(torch_profile) if torch_profile is not None else None,
-            cluster=cluster_spec(
-                cluster,
-                workers_per_node=workers_per_node,
-                driver_node=driver_node,
-                on_node_loss=on_node_loss,
-            ),
+            cluster=shared.cluster_spec(),
             targets=[parse_target(t) for t in target or []],
             title=title,
         )

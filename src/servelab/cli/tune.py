@@ -5,24 +5,27 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.bench.cluster import ClusterSpec, OnNodeLoss
-from servelab.cli.cluster_options import Cluster, DriverNode, NodeLoss, WorkersPerNode, cluster_spec
+from servelab.bench.cluster import ClusterSpec
 from servelab.cli.exit_codes import ExitCode, handle_errors
-from servelab.cli.options import Gpus, RunsDir
+from servelab.cli.option_groups import OptionGroup, with_option_groups
 from servelab.cli.progress import SweepView
+from servelab.cli.shared_options import SharedOptions
 from servelab.cli.tune_kernels import kernels
 from servelab.core.errors import ConfigError, ServelabError
 from servelab.core.units import parse_duration_s
-from servelab.store.rundir import DEFAULT_RUNS_DIR
 from servelab.tune.results import StudyResult
+
+if TYPE_CHECKING:
+    from servelab.tune.study import WorkerConfig
 
 __all__ = ["tune_app"]
 
@@ -49,6 +52,8 @@ TimeBudget = Annotated[
     str | None,
     typer.Option(help="Start no trial after this long, e.g. 2h. Default: the space file's."),
 ]
+# bench's and run's --out and --json name a run directory and summary.json; a study's are
+# its folder and study.json.
 StudyOut = Annotated[
     Path | None,
     typer.Option("--out", help="The study folder. Default: RUNS_DIR/tune-<study>/."),
@@ -66,25 +71,56 @@ NoReport = Annotated[
 Json = Annotated[bool, typer.Option("--json", help="Print study.json's document on stdout.")]
 
 
+@dataclass(frozen=True)
+class WorkerOptions(OptionGroup):
+    """How long this host works on a study, and where its trials go: `tune run`'s and
+    `tune join`'s."""
+
+    trials: Trials = None
+    time_budget: TimeBudget = None
+    out: StudyOut = None
+    heartbeat: Heartbeat = "30s"
+
+    def config(
+        self, storage: str | None, shared: SharedOptions, cluster: ClusterSpec | None
+    ) -> WorkerConfig:
+        """The config of this host's worker on the study, its options checked."""
+        from servelab.probe.collect import run_probe
+        from servelab.tune.study import WorkerConfig
+
+        if self.trials is not None and self.trials < 1:
+            raise ConfigError("--trials must be at least 1")
+        beat = parse_duration_s(self.heartbeat, what="--heartbeat")
+        if not 1 <= beat <= 3600:
+            raise ConfigError("--heartbeat must be between 1s and 1h")
+        budget = self.time_budget
+        return WorkerConfig(
+            storage=storage,
+            out=self.out,
+            runs_root=shared.runs_dir,
+            trials=self.trials,
+            time_budget_s=parse_duration_s(budget, what="--time-budget") if budget else None,
+            heartbeat_s=round(beat),
+            telemetry_gpus=shared.telemetry_gpus(),
+            command=["servelab", *sys.argv[1:]],
+            probe=run_probe,
+            cluster=cluster,
+        )
+
+
 @tune_app.command("run")
+@with_option_groups
 def run(
     space_file: Annotated[
         Path, typer.Argument(help="SPACE.yaml: base spec, space, workload, load, objective.")
     ],
+    *,
     storage: Storage = None,
     study: Annotated[
         str | None, typer.Option(help="The study's name. Default: the space file's `study`.")
     ] = None,
-    trials: Trials = None,
-    time_budget: TimeBudget = None,
-    out: StudyOut = None,
-    runs_dir: RunsDir = DEFAULT_RUNS_DIR,
-    gpus: Gpus = None,
-    heartbeat: Heartbeat = "30s",
-    cluster: Cluster = None,
-    workers_per_node: WorkersPerNode = None,
-    driver_node: DriverNode = True,
-    on_node_loss: NodeLoss = OnNodeLoss.CONTINUE,
+    worker: WorkerOptions,
+    shared: SharedOptions,
     confirm: Annotated[
         int,
         typer.Option(
@@ -110,17 +146,12 @@ def run(
 
     err = Console(stderr=True)
     with handle_errors(err):
-        at = cluster_spec(
-            cluster,
-            workers_per_node=workers_per_node,
-            driver_node=driver_node,
-            on_node_loss=on_node_loss,
-        )
+        at = shared.cluster_spec()
         _quiet_optuna()
         space = load_space(space_file)
         if study is not None:
             space = space.model_copy(update={"name": _study_name(study)})
-        config = _worker(storage, trials, time_budget, out, runs_dir, gpus, heartbeat, at)
+        config = worker.config(storage, shared, at)
         if confirm:
             from dataclasses import replace
 
@@ -133,21 +164,15 @@ def run(
 
 
 @tune_app.command("join")
+@with_option_groups
 def join(
     name: Annotated[str, typer.Argument(help="The study's name, as `tune run` created it.")],
+    *,
     storage: Annotated[
         str, typer.Option(help="The database the study lives in, e.g. postgresql://…")
     ],
-    trials: Trials = None,
-    time_budget: TimeBudget = None,
-    out: StudyOut = None,
-    runs_dir: RunsDir = DEFAULT_RUNS_DIR,
-    gpus: Gpus = None,
-    heartbeat: Heartbeat = "30s",
-    cluster: Cluster = None,
-    workers_per_node: WorkersPerNode = None,
-    driver_node: DriverNode = True,
-    on_node_loss: NodeLoss = OnNodeLoss.CONTINUE,
+    worker: WorkerOptions,
+    shared: SharedOptions,
     no_report: NoReport = False,
     json_output: Json = False,
 ) -> None:
@@ -156,13 +181,8 @@ def join(
     err = Console(stderr=True)
     with handle_errors(err):
         _quiet_optuna()
-        at = cluster_spec(
-            cluster,
-            workers_per_node=workers_per_node,
-            driver_node=driver_node,
-            on_node_loss=on_node_loss,
-        )
-        config = _worker(storage, trials, time_budget, out, runs_dir, gpus, heartbeat, at)
+        at = shared.cluster_spec()
+        config = worker.config(storage, shared, at)
         from servelab.tune.study import join_study
 
         with _Progress(err) as view:
@@ -326,39 +346,6 @@ def _finish(
             err.print(f"report: {escape(str(files.html))}", highlight=False)
     if not result.best:
         raise typer.Exit(int(ExitCode.SOME_FAILED))
-
-
-def _worker(
-    storage: str | None,
-    trials: int | None,
-    time_budget: str | None,
-    out: Path | None,
-    runs_dir: Path,
-    gpus: str | None,
-    heartbeat: str,
-    cluster: ClusterSpec | None,
-) -> Any:
-    from servelab.probe.collect import run_probe
-    from servelab.telemetry import resolve_gpus
-    from servelab.tune.study import WorkerConfig
-
-    if trials is not None and trials < 1:
-        raise ConfigError("--trials must be at least 1")
-    beat = parse_duration_s(heartbeat, what="--heartbeat")
-    if not 1 <= beat <= 3600:
-        raise ConfigError("--heartbeat must be between 1s and 1h")
-    return WorkerConfig(
-        storage=storage,
-        out=out,
-        runs_root=runs_dir,
-        trials=trials,
-        time_budget_s=parse_duration_s(time_budget, what="--time-budget") if time_budget else None,
-        heartbeat_s=round(beat),
-        telemetry_gpus=resolve_gpus(gpus) if gpus else [],
-        command=["servelab", *sys.argv[1:]],
-        probe=run_probe,
-        cluster=cluster,
-    )
 
 
 def _quiet_optuna() -> None:

@@ -284,29 +284,25 @@ def _flat_topology(inventory: GpuInventory, vm: bool) -> list[Verdict]:
 
 def _numa_unknown(gpus: list[GpuFacts], vm: bool) -> list[Verdict]:
     unknown = [gpu for gpu in gpus if gpu.numa_node == -1]
-    if not unknown:
-        return []
     where = "the VM does not expose it" if vm else "the BIOS does not publish it (ACPI SRAT/_PXM)"
-    return [
-        Verdict(
-            code="numa-unknown",
-            severity=Severity.WARNING,
-            title=f"NUMA node unknown for {_count(unknown, 'GPU')}",
-            evidence=[f"{_gpu(gpu)}: numa_node = -1" for gpu in unknown],
-            meaning=(
-                f"The kernel does not know which NUMA node these GPUs hang off ({where}). Nothing "
-                "can then place a GPU's serving process and its host buffers (pinned staging "
-                "memory, NCCL's SHM transport, KV offload) next to it, and on a two-socket machine "
-                "about half the host-to-GPU traffic may cross the inter-socket link."
-            ),
-            action=(
-                "Find the real node on the host (`nvidia-smi topo -m`, NUMA Affinity column). On "
-                "bare metal enable NUMA/SRAT reporting in the BIOS; on a VM ask for a NUMA-aware "
-                "shape (vNUMA that follows the GPUs), or bind by hand with `numactl`."
-            ),
-            subjects=[_name(gpu) for gpu in unknown],
-        )
-    ]
+    return _on_gpus(
+        unknown,
+        code="numa-unknown",
+        severity=Severity.WARNING,
+        title="NUMA node unknown for {gpus}",
+        evidence=[f"{_gpu(gpu)}: numa_node = -1" for gpu in unknown],
+        meaning=(
+            f"The kernel does not know which NUMA node these GPUs hang off ({where}). Nothing "
+            "can then place a GPU's serving process and its host buffers (pinned staging "
+            "memory, NCCL's SHM transport, KV offload) next to it, and on a two-socket machine "
+            "about half the host-to-GPU traffic may cross the inter-socket link."
+        ),
+        action=(
+            "Find the real node on the host (`nvidia-smi topo -m`, NUMA Affinity column). On "
+            "bare metal enable NUMA/SRAT reporting in the BIOS; on a VM ask for a NUMA-aware "
+            "shape (vNUMA that follows the GPUs), or bind by hand with `numactl`."
+        ),
+    )
 
 
 def _cpu_affinity(gpus: list[GpuFacts], process_cpus: list[int] | None) -> list[Verdict]:
@@ -314,32 +310,28 @@ def _cpu_affinity(gpus: list[GpuFacts], process_cpus: list[int] | None) -> list[
         return []
     allowed = set(process_cpus)
     remote = [gpu for gpu in gpus if gpu.local_cpus and not allowed <= set(gpu.local_cpus)]
-    if not remote:
-        return []
     evidence = [f"this process may run on CPUs {format_cpulist(process_cpus)}"]
     evidence += [
         f"{_gpu(gpu)}: local CPUs {format_cpulist(gpu.local_cpus or [])}, NUMA node {gpu.numa_node}"
         for gpu in remote
     ]
-    return [
-        Verdict(
-            code="cpu-affinity-not-local",
-            severity=Severity.WARNING,
-            title=f"The process may run on CPUs not local to {_count(remote, 'GPU')}",
-            evidence=evidence,
-            meaning=(
-                "A serving process scheduled on a remote socket launches kernels and copies to "
-                "its GPU across the inter-socket link, and its host buffers (NCCL's SHM staging, "
-                "pinned memory) may live on the wrong node: added latency on every decode step."
-            ),
-            action=(
-                "Run each GPU's worker on that GPU's local CPUs: `numactl --cpunodebind=<node> "
-                "--membind=<node> <command>` or `taskset -c <local CPUs> <command>`; with one "
-                "process per GPU, bind each rank to its own GPU's node."
-            ),
-            subjects=[_name(gpu) for gpu in remote],
-        )
-    ]
+    return _on_gpus(
+        remote,
+        code="cpu-affinity-not-local",
+        severity=Severity.WARNING,
+        title="The process may run on CPUs not local to {gpus}",
+        evidence=evidence,
+        meaning=(
+            "A serving process scheduled on a remote socket launches kernels and copies to "
+            "its GPU across the inter-socket link, and its host buffers (NCCL's SHM staging, "
+            "pinned memory) may live on the wrong node: added latency on every decode step."
+        ),
+        action=(
+            "Run each GPU's worker on that GPU's local CPUs: `numactl --cpunodebind=<node> "
+            "--membind=<node> <command>` or `taskset -c <local CPUs> <command>`; with one "
+            "process per GPU, bind each rank to its own GPU's node."
+        ),
+    )
 
 
 def _power_limit(gpus: list[GpuFacts]) -> list[Verdict]:
@@ -354,27 +346,23 @@ def _power_limit(gpus: list[GpuFacts]) -> list[Verdict]:
             f"{_gpu(gpu)}: enforced {limit:.0f} W of {default:.0f} W default "
             f"({100 * limit / default:.0f}%)"
         )
-    if not lowered:
-        return []
-    return [
-        Verdict(
-            code="power-limit-below-default",
-            severity=Severity.WARNING,
-            title=f"Power limit below default on {_count(lowered, 'GPU')}",
-            evidence=evidence,
-            meaning=(
-                "The GPU lowers its clocks to stay under the cap: compute-bound work (prefill, "
-                "large decode batches) slows roughly in proportion to the clock it loses; "
-                "small-batch decode, bound by memory bandwidth, loses less."
-            ),
-            action=(
-                "Restore it with `sudo nvidia-smi -i <index> -pl <default W>` (until reboot); on "
-                "a cloud VM the provider may set it, so ask. `nvidia-smi -q -d POWER` shows the "
-                "limits."
-            ),
-            subjects=[_name(gpu) for gpu in lowered],
-        )
-    ]
+    return _on_gpus(
+        lowered,
+        code="power-limit-below-default",
+        severity=Severity.WARNING,
+        title="Power limit below default on {gpus}",
+        evidence=evidence,
+        meaning=(
+            "The GPU lowers its clocks to stay under the cap: compute-bound work (prefill, "
+            "large decode batches) slows roughly in proportion to the clock it loses; "
+            "small-batch decode, bound by memory bandwidth, loses less."
+        ),
+        action=(
+            "Restore it with `sudo nvidia-smi -i <index> -pl <default W>` (until reboot); on "
+            "a cloud VM the provider may set it, so ask. `nvidia-smi -q -d POWER` shows the "
+            "limits."
+        ),
+    )
 
 
 def _clock_events(gpus: list[GpuFacts]) -> list[Verdict]:
@@ -386,46 +374,38 @@ def _clock_events(gpus: list[GpuFacts]) -> list[Verdict]:
             slowed.append(gpu)
         elif active:
             limited.append(gpu)
-    verdicts = []
-    if slowed:
-        verdicts.append(
-            Verdict(
-                code="clock-slowdown",
-                severity=Severity.CRITICAL,
-                title=f"Hardware or thermal slowdown active on {_count(slowed, 'GPU')}",
-                evidence=_reason_evidence(slowed),
-                meaning=(
-                    "Protection is cutting the clocks now, at idle: under load throughput drops "
-                    "sharply and unevenly, and one slow GPU holds back its whole tensor-parallel "
-                    "group at every all-reduce."
-                ),
-                action=(
-                    "Check cooling, airflow and power delivery: `nvidia-smi -q -d "
-                    "PERFORMANCE,TEMPERATURE,POWER`, the BMC's sensor and event logs, and `dmesg` "
-                    "for Xid messages."
-                ),
-                subjects=[_name(gpu) for gpu in slowed],
-            )
-        )
-    if limited:
-        verdicts.append(
-            Verdict(
-                code="clock-limited",
-                severity=Severity.WARNING,
-                title=f"Clocks held below maximum on {_count(limited, 'GPU')}",
-                evidence=_reason_evidence(limited),
-                meaning=(
-                    "The GPU runs below its maximum clock for a reason other than being idle; "
-                    "compute-bound phases (prefill, large batches) slow with the clock."
-                ),
-                action=(
-                    "Look at `nvidia-smi -q -d PERFORMANCE` for the reason; for SwPowerCap compare "
-                    "the power limit with the default; read again under load."
-                ),
-                subjects=[_name(gpu) for gpu in limited],
-            )
-        )
-    return verdicts
+    slowdown = _on_gpus(
+        slowed,
+        code="clock-slowdown",
+        severity=Severity.CRITICAL,
+        title="Hardware or thermal slowdown active on {gpus}",
+        evidence=_reason_evidence(slowed),
+        meaning=(
+            "Protection is cutting the clocks now, at idle: under load throughput drops "
+            "sharply and unevenly, and one slow GPU holds back its whole tensor-parallel "
+            "group at every all-reduce."
+        ),
+        action=(
+            "Check cooling, airflow and power delivery: `nvidia-smi -q -d "
+            "PERFORMANCE,TEMPERATURE,POWER`, the BMC's sensor and event logs, and `dmesg` "
+            "for Xid messages."
+        ),
+    )
+    return slowdown + _on_gpus(
+        limited,
+        code="clock-limited",
+        severity=Severity.WARNING,
+        title="Clocks held below maximum on {gpus}",
+        evidence=_reason_evidence(limited),
+        meaning=(
+            "The GPU runs below its maximum clock for a reason other than being idle; "
+            "compute-bound phases (prefill, large batches) slow with the clock."
+        ),
+        action=(
+            "Look at `nvidia-smi -q -d PERFORMANCE` for the reason; for SwPowerCap compare "
+            "the power limit with the default; read again under load."
+        ),
+    )
 
 
 def _reason_evidence(gpus: list[GpuFacts]) -> list[str]:
@@ -446,100 +426,111 @@ def _pcie_link(gpus: list[GpuFacts]) -> list[Verdict]:
         for gpu in gpus
         if _below(gpu.pcie_gen, gpu.pcie_gen_max) or _below(gpu.pcie_width, gpu.pcie_width_max)
     ]
-    if not below:
-        return []
-    return [
-        Verdict(
-            code="pcie-link-below-max",
-            severity=Severity.INFO,
-            title=f"PCIe link below its maximum on {_count(below, 'GPU')} (read at idle)",
-            evidence=[
-                f"{_gpu(gpu)}: Gen{gpu.pcie_gen} x{gpu.pcie_width} of "
-                f"Gen{gpu.pcie_gen_max} x{gpu.pcie_width_max}"
-                for gpu in below
-            ],
-            meaning=(
-                "GPUs drop their PCIe link to a lower generation when idle to save power, so this "
-                "is only meaningful under load. If it stays low under load, host-to-GPU copies "
-                "and, without P2P, every GPU-to-GPU transfer run at the lower rate (Gen1 carries "
-                "about 1/16 of Gen5 per lane)."
-            ),
-            action=(
-                "Read it again under load (`nvidia-smi -q -d PCIE` while serving); if it stays "
-                "low, check the slot, riser and the BIOS PCIe speed setting."
-            ),
-            subjects=[_name(gpu) for gpu in below],
-        )
-    ]
+    return _on_gpus(
+        below,
+        code="pcie-link-below-max",
+        severity=Severity.INFO,
+        title="PCIe link below its maximum on {gpus} (read at idle)",
+        evidence=[
+            f"{_gpu(gpu)}: Gen{gpu.pcie_gen} x{gpu.pcie_width} of "
+            f"Gen{gpu.pcie_gen_max} x{gpu.pcie_width_max}"
+            for gpu in below
+        ],
+        meaning=(
+            "GPUs drop their PCIe link to a lower generation when idle to save power, so this "
+            "is only meaningful under load. If it stays low under load, host-to-GPU copies "
+            "and, without P2P, every GPU-to-GPU transfer run at the lower rate (Gen1 carries "
+            "about 1/16 of Gen5 per lane)."
+        ),
+        action=(
+            "Read it again under load (`nvidia-smi -q -d PCIE` while serving); if it stays "
+            "low, check the slot, riser and the BIOS PCIe speed setting."
+        ),
+    )
 
 
 def _ecc(gpus: list[GpuFacts]) -> list[Verdict]:
-    verdicts = []
     uncorrected = [gpu for gpu in gpus if (gpu.ecc_errors_uncorrected or 0) > 0]
-    if uncorrected:
-        verdicts.append(
-            Verdict(
-                code="ecc-uncorrected",
-                severity=Severity.CRITICAL,
-                title=f"Uncorrected memory (ECC) errors on {_count(uncorrected, 'GPU')}",
-                evidence=[
-                    f"{_gpu(gpu)}: {gpu.ecc_errors_uncorrected} uncorrected since the driver loaded"
-                    for gpu in uncorrected
-                ],
-                meaning=(
-                    "Data in GPU memory was lost: the processes using it were killed or got wrong "
-                    "results, and the affected memory is retired or remapped only at the next "
-                    "reset. A serving replica on this GPU can crash or return garbage."
-                ),
-                action=(
-                    "Drain the GPU and reset it (`nvidia-smi -r -i <index>`); check "
-                    "`nvidia-smi -q -d ROW_REMAPPER,PAGE_RETIREMENT` and `dmesg` for Xid 48/63/94; "
-                    "if errors come back, have the GPU replaced."
-                ),
-                subjects=[_name(gpu) for gpu in uncorrected],
-            )
-        )
     corrected = [gpu for gpu in gpus if (gpu.ecc_errors_corrected or 0) > 0]
-    if corrected:
-        verdicts.append(
-            Verdict(
-                code="ecc-corrected",
-                severity=Severity.INFO,
-                title=f"Corrected memory (ECC) errors on {_count(corrected, 'GPU')}",
-                evidence=[
-                    f"{_gpu(gpu)}: {gpu.ecc_errors_corrected} corrected since the driver loaded"
-                    for gpu in corrected
-                ],
-                meaning=(
-                    "ECC fixed them, so no data was lost and serving is unaffected; a count that "
-                    "keeps rising can announce failing memory."
-                ),
-                action="Watch the count over days (`nvidia-smi -q -d ECC`).",
-                subjects=[_name(gpu) for gpu in corrected],
-            )
-        )
-    return verdicts
+    lost = _on_gpus(
+        uncorrected,
+        code="ecc-uncorrected",
+        severity=Severity.CRITICAL,
+        title="Uncorrected memory (ECC) errors on {gpus}",
+        evidence=[
+            f"{_gpu(gpu)}: {gpu.ecc_errors_uncorrected} uncorrected since the driver loaded"
+            for gpu in uncorrected
+        ],
+        meaning=(
+            "Data in GPU memory was lost: the processes using it were killed or got wrong "
+            "results, and the affected memory is retired or remapped only at the next "
+            "reset. A serving replica on this GPU can crash or return garbage."
+        ),
+        action=(
+            "Drain the GPU and reset it (`nvidia-smi -r -i <index>`); check "
+            "`nvidia-smi -q -d ROW_REMAPPER,PAGE_RETIREMENT` and `dmesg` for Xid 48/63/94; "
+            "if errors come back, have the GPU replaced."
+        ),
+    )
+    return lost + _on_gpus(
+        corrected,
+        code="ecc-corrected",
+        severity=Severity.INFO,
+        title="Corrected memory (ECC) errors on {gpus}",
+        evidence=[
+            f"{_gpu(gpu)}: {gpu.ecc_errors_corrected} corrected since the driver loaded"
+            for gpu in corrected
+        ],
+        meaning=(
+            "ECC fixed them, so no data was lost and serving is unaffected; a count that "
+            "keeps rising can announce failing memory."
+        ),
+        action="Watch the count over days (`nvidia-smi -q -d ECC`).",
+    )
 
 
 def _mig(gpus: list[GpuFacts]) -> list[Verdict]:
     mig = [gpu for gpu in gpus if gpu.mig_enabled]
-    if not mig:
+    return _on_gpus(
+        mig,
+        code="mig-enabled",
+        severity=Severity.INFO,
+        title="MIG enabled on {gpus}",
+        evidence=[f"{_gpu(gpu)}: MIG mode enabled" for gpu in mig],
+        meaning=(
+            "The GPU is split into MIG instances: a serving engine sees one instance, with "
+            "its share of SMs, memory and bandwidth, and there is no P2P between instances."
+        ),
+        action=(
+            "For whole-GPU serving disable it: `sudo nvidia-smi -i <index> -mig 0`, then reset "
+            "the GPU."
+        ),
+    )
+
+
+def _on_gpus(
+    gpus: list[GpuFacts],
+    *,
+    code: str,
+    severity: Severity,
+    title: str,
+    evidence: list[str],
+    meaning: str,
+    action: str,
+) -> list[Verdict]:
+    """One verdict on the GPUs a finding holds for, none when it holds for none: `title`'s
+    {gpus} becomes their count ('2 GPUs'), and each GPU is a subject."""
+    if not gpus:
         return []
     return [
         Verdict(
-            code="mig-enabled",
-            severity=Severity.INFO,
-            title=f"MIG enabled on {_count(mig, 'GPU')}",
-            evidence=[f"{_gpu(gpu)}: MIG mode enabled" for gpu in mig],
-            meaning=(
-                "The GPU is split into MIG instances: a serving engine sees one instance, with "
-                "its share of SMs, memory and bandwidth, and there is no P2P between instances."
-            ),
-            action=(
-                "For whole-GPU serving disable it: `sudo nvidia-smi -i <index> -mig 0`, then reset "
-                "the GPU."
-            ),
-            subjects=[_name(gpu) for gpu in mig],
+            code=code,
+            severity=severity,
+            title=title.format(gpus=_count(gpus, "GPU")),
+            evidence=evidence,
+            meaning=meaning,
+            action=action,
+            subjects=[_name(gpu) for gpu in gpus],
         )
     ]
 
