@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from servelab.core.errors import ConfigError
+from servelab.engines.enginelog import parse_log_line
 from servelab.engines.signatures import (
     KIND_INFO,
     MAX_EVENTS_PER_KIND,
@@ -300,12 +301,12 @@ EMBEDDED_STARTUP: Expected = [(5, "uvicorn.startup_complete", 1, {})]
 
 # What transformers decides when the first request builds its continuous-batching manager.
 _TF_NO_FLASH = ("transformers.no_flash_attention", 1, {"flash_attention": False})
-_TF_GRAPHS = (
-    "transformers.cuda_graphs",
+# On the CPU (no graph backend) transformers always says (False, False): graphs off only.
+_TF_GRAPHS_OFF = (
+    "transformers.cuda_graphs_off",
     1,
     {"cuda_graph_varlen": False, "cuda_graph_decode": False},
 )
-_TF_GRAPHS_OFF = ("transformers.cuda_graphs_off", 1, {"varlen": False, "decode": False})
 _TF_ASYNC = (
     "transformers.async_batching",
     1,
@@ -321,7 +322,6 @@ def _at(line: int, event: tuple[str, int, dict[str, object]]) -> tuple[int, str,
 EMBEDDED_SERVING: Expected = [
     (7, "uvicorn.startup_complete", 1, {}),
     _at(14, _TF_NO_FLASH),
-    _at(15, _TF_GRAPHS),
     _at(15, _TF_GRAPHS_OFF),
     _at(16, _TF_ASYNC),
     # 4952 MB, as `available_memory // 1024**2`: MiB.
@@ -337,7 +337,6 @@ EMBEDDED_SERVING: Expected = [
 _TF_STARVED_START: Expected = [
     (5, "uvicorn.startup_complete", 1, {}),
     _at(10, _TF_NO_FLASH),
-    _at(11, _TF_GRAPHS),
     _at(11, _TF_GRAPHS_OFF),
     _at(12, _TF_ASYNC),
     _at(14, _TF_STARVED_MEMORY),
@@ -721,6 +720,38 @@ def test_the_engine_s_cache_and_batch_budget_come_out_of_a_served_log():
     assert (cache.fields["num_sectors"], cache.fields["max_batch_tokens"]) == (320, 1024)
     assert cache.line_no == 18 and cache.t_unix is not None  # the launcher's UTC stamp
     assert cache.text.endswith("mb_per_sector = 0")
+
+
+def _graphs_line() -> str:
+    """transformers serve's (varlen, decode) line of a real CPU run, as its engine wrote it."""
+    lines = (LOGS / "embedded_serving.log").read_text(encoding="utf-8").splitlines()
+    return parse_log_line(next(line for line in lines if "Using cuda graphs" in line))[2]
+
+
+def test_a_cpu_run_of_transformers_serve_never_reads_as_cuda_graphs_on():
+    events = SignatureMatcher("embedded").feed(_graphs_line())
+
+    assert _graphs_line().endswith("paths: (False, False)")
+    assert [(e.signature, e.kind) for e in events] == [
+        ("transformers.cuda_graphs_off", EventKind.CUDA_GRAPH_DISABLED)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("paths", "signature"),
+    [
+        ("(True, False)", "transformers.cuda_graphs_off"),
+        ("(False, True)", "transformers.cuda_graphs"),
+        ("(True, True)", "transformers.cuda_graphs"),
+    ],
+)
+def test_the_decode_path_decides_whether_cuda_graphs_are_on(paths: str, signature: str):
+    line = _graphs_line().replace("(False, False)", paths)
+
+    (event,) = SignatureMatcher("embedded").feed(line)
+
+    assert event.signature == signature
+    assert event.fields["cuda_graph_decode"] is (signature == "transformers.cuda_graphs")
 
 
 @pytest.mark.parametrize(

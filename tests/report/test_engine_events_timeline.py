@@ -16,7 +16,7 @@ from servelab.engines.signatures import SIGNATURES, EngineExit, LogScan, Signatu
 from servelab.report import write_report
 from servelab.report.document import Bullets, Figure, Paragraph
 from servelab.report.inputs import load_report_run
-from servelab.report.plots import Plot, build_plots
+from servelab.report.plots import Panel, Plot, build_plots
 from servelab.report.sections import build_report
 from servelab.report.sections.results import plot_input
 from servelab.store import RunDir
@@ -80,10 +80,26 @@ def timeline_or_missing(folder: Path) -> Plot:
     return next(p for p in build_plots([run]) if p.key == "engine_timeline")
 
 
-def marks(plot: Plot, run: str | None = None) -> dict[str, float]:
+def marks(plot: Plot, run: str | None = None) -> dict[str, list[float]]:
+    """Each row's label and the times of its markers."""
     line = plot.line("log events", run)
     assert line.role == "points"
-    return dict(zip(line.point_labels, line.x, strict=True))
+    rows = events_panel(plot).y_categories
+    at: dict[str, list[float]] = {}
+    for x, y in zip(line.x, line.y, strict=True):
+        at.setdefault(rows[int(y)], []).append(x)
+    return at
+
+
+def notes(plot: Plot, run: str | None = None) -> list[tuple[float, str]]:
+    """What is written beside a marker, with the marker's time."""
+    line = plot.line("log events", run)
+    return [(x, note) for x, note in zip(line.x, line.point_labels, strict=True) if note]
+
+
+def events_panel(plot: Plot) -> Panel:
+    (panel,) = [p for p in plot.panels if p.name == "events"]
+    return panel
 
 
 def band_at(plot: Plot, t_s: float) -> int:
@@ -94,7 +110,7 @@ def band_at(plot: Plot, t_s: float) -> int:
 EMBEDDED_LOG = [
     ("transformers.memory_for_cache", -6.0),
     ("transformers.paged_cache_initialized", -6.0),
-    ("transformers.cuda_graphs", -5.5),
+    ("transformers.cuda_graphs_off", -5.5),
     ("transformers.cb_worker_dead", 14.5),
 ]
 
@@ -111,30 +127,42 @@ def test_the_levels_are_the_requests_windows_on_the_same_clock(tmp_path: Path):
 
 def test_an_event_is_drawn_within_its_level_at_its_offset(tmp_path: Path):
     plot = timeline(run_dir(tmp_path / "run", events("embedded", EMBEDDED_LOG)))
-    at = marks(plot)
-    assert at["error: cb worker dead"] == pytest.approx(14.5)
-    assert band_at(plot, at["error: cb worker dead"]) == 1
+    (t_s,) = marks(plot)["engine error"]
+    assert t_s == pytest.approx(14.5)
+    assert band_at(plot, t_s) == 1
 
 
-def test_start_up_events_are_drawn_at_the_start_and_labelled_so(tmp_path: Path):
+def test_each_event_kind_is_a_labelled_row_in_the_order_first_read(tmp_path: Path):
+    plot = timeline(run_dir(tmp_path / "run", events("embedded", EMBEDDED_LOG)))
+    assert events_panel(plot).y_categories == (
+        "KV cache memory",
+        "KV cache capacity",
+        "CUDA graph disabled",
+        "KV cache sizing failed",
+        "engine error",
+    )
+    assert events_panel(plot).y_label == "log event"
+    assert set(marks(plot)) == set(events_panel(plot).y_categories)
+
+
+def test_start_up_events_are_drawn_at_the_start_and_the_caption_says_so(tmp_path: Path):
     plot = timeline(run_dir(tmp_path / "run", events("embedded", EMBEDDED_LOG)))
     at = marks(plot)
-    assert at["start-up: paged cache initialized"] == 0.0
-    assert at["start-up: memory for cache"] == 0.0
-    assert at["start-up: cuda graphs"] == 0.0
-    assert "start-up" in plot.caption
-    line = plot.line("log events")
-    assert len(set(line.y[:3])) == 3  # stacked at one time, each label on its own row
+    assert at["KV cache memory"] == at["KV cache capacity"] == at["CUDA graph disabled"] == [0.0]
+    assert "before the first measured request (start-up" in plot.caption
+    assert "drawn at 0" in plot.caption
 
 
-def test_many_start_up_events_each_get_a_row_of_their_own(tmp_path: Path):
+def test_events_of_one_kind_share_its_row(tmp_path: Path):
     names = [sig.name for sig in SIGNATURES["vllm"] if sig.severity.value == "info"][:9]
-    plot = timeline(run_dir(tmp_path / "run", events("vllm", [(n, -30.0) for n in names])))
+    scan = events("vllm", [(n, -30.0) for n in names] + [("vllm.preempted_no_kv_space", 3.0)])
+    plot = timeline(run_dir(tmp_path / "run", scan))
     line = plot.line("log events")
-    assert len(line.x) >= 9 and set(line.x) == {0.0}
-    assert len(set(line.y)) == len(line.y)
-    (panel,) = [p for p in plot.panels if p.name == "events"]
-    assert panel.y_max == max(line.y) + 1  # room above the top marker for its label
+    rows = events_panel(plot).y_categories
+    assert len(line.x) == len(scan.events)
+    assert len(rows) == len({event.kind for event in scan.events})
+    assert rows[-1] == "KV cache full"  # read last, drawn lowest
+    assert marks(plot)["KV cache full"] == [pytest.approx(3.0)]
 
 
 def test_the_embedded_engine_is_drawn_from_its_events_and_says_its_counts_are_absent(
@@ -167,12 +195,21 @@ def test_vllm_kv_full_and_an_exit_sit_beside_its_metrics(tmp_path: Path):
     ]
     plot = timeline(run_dir(tmp_path / "run", died, engine=VLLM, metric_rows=rows))
     assert [panel.name for panel in plot.panels] == ["requests", "kv", "events"]
+    assert events_panel(plot).y_categories == ("KV cache capacity", "KV cache full", "engine exit")
     at = marks(plot)
-    assert at["warning: preempted no kv space"] == pytest.approx(23.0)
-    assert band_at(plot, at["warning: preempted no kv space"]) == 2
-    assert at["engine exit: signal SIGKILL"] == pytest.approx(28.0)  # level 2's last end
-    assert at["start-up: kv cache size tokens"] == 0.0
+    assert at["KV cache full"] == [pytest.approx(23.0)]
+    assert band_at(plot, at["KV cache full"][0]) == 2
+    assert at["engine exit"] == [pytest.approx(28.0)]  # level 2's last end
+    assert notes(plot) == [(pytest.approx(28.0), "signal SIGKILL")]
+    assert at["KV cache capacity"] == [0.0]
     assert "not available" not in plot.caption
+
+
+def test_a_repeated_message_says_how_often_beside_its_marker(tmp_path: Path):
+    scan = events("vllm", [("vllm.preempted_no_kv_space", s) for s in (23.0, 24.0, 25.0)])
+    plot = timeline(run_dir(tmp_path / "run", scan, engine=VLLM))
+    assert marks(plot) == {"KV cache full": [pytest.approx(23.0)]}
+    assert notes(plot) == [(pytest.approx(23.0), "x3")]
 
 
 def test_the_table_of_events_gives_each_its_time_since_the_runs_start(tmp_path: Path):
@@ -208,8 +245,9 @@ def test_each_run_of_a_comparison_keeps_its_own_events(tmp_path: Path):
     two = plot_input(load_report_run(run_dir(tmp_path / "b", events("embedded", EMBEDDED_LOG[:1]))))
     plot = next(p for p in build_plots([one, two]) if p.key == "engine_timeline")
     assert one.events is not None
-    assert len(marks(plot, "hand-built")) == len(one.events.events)
-    assert marks(plot, "hand-built (2)") == {"start-up: memory for cache": 0.0}
+    assert sum(map(len, marks(plot, "hand-built").values())) == len(one.events.events)
+    assert marks(plot, "hand-built (2)") == {"KV cache memory": [0.0]}
+    assert events_panel(plot).y_categories[0] == "KV cache memory"  # one row for both runs
 
 
 def test_the_demos_timeline_shows_its_cache_sizing(demo_run: DemoRun):
@@ -217,5 +255,11 @@ def test_the_demos_timeline_shows_its_cache_sizing(demo_run: DemoRun):
     assert demo_run.result.returncode == 0, demo_run.result.stderr[-2000:]
     plot = timeline_or_missing(demo_run.out)
     assert plot.missing is None
-    assert any("paged cache initialized" in label for label in marks(plot))
+    assert "KV cache capacity" in marks(plot)  # transformers' "Paged cache initialized"
+    assert "CUDA graph disabled" in marks(plot)  # on the CPU, (varlen, decode): (False, False)
+    assert "engine config" in marks(plot)
+    scan = plot_input(load_report_run(demo_run.out)).events
+    assert scan is not None and "transformers.cuda_graphs" not in {
+        event.signature for event in scan.events
+    }
     assert "not available for this run" in plot.caption

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -22,6 +22,8 @@ from servelab.cli.bench import bench
 from servelab.cli.diagnose import diagnose
 from servelab.cli.engine import engine_app
 from servelab.cli.exit_codes import ExitCode
+from servelab.cli.help_layout import readable_options
+from servelab.cli.help_text import unwrap_tree
 from servelab.cli.import_cmd import import_run
 from servelab.cli.model import model
 from servelab.cli.probe import probe
@@ -30,6 +32,7 @@ from servelab.cli.run import run
 from servelab.cli.sim import sim
 from servelab.cli.trace import trace
 from servelab.cli.tune import tune_app
+from servelab.cli.version import print_version
 
 __all__ = ["app", "main"]
 
@@ -48,7 +51,13 @@ _CLICK_ERROR = _base(_USAGE_ERROR)
 
 
 class _OneLineErrors(TyperGroup):
-    """The `servelab` group: Click's errors become one line instead of a box."""
+    """The `servelab` group: Click's errors become one line instead of a box, and every
+    command's help is made of paragraphs that wrap at the terminal's width (`help_text`),
+    its options laid out so that the help keeps room to be read (`help_layout`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        unwrap_tree(self)
 
     def main(
         self,
@@ -61,9 +70,11 @@ class _OneLineErrors(TyperGroup):
     ) -> Any:
         given = (args, prog_name, complete_var, False, windows_expand_args)
         if not standalone_mode:
-            return super().main(*given, **extra)
+            with readable_options():
+                return super().main(*given, **extra)
         try:
-            code = super().main(*given, **extra)
+            with readable_options():
+                code = super().main(*given, **extra)
         except _CLICK_ERROR as exc:
             # `servelab` alone: the help was printed while the error was made.
             if type(exc).__name__ != "NoArgsIsHelpError":
@@ -91,6 +102,24 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _servelab(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print servelab's version and the installed engines' (transformers, vLLM, "
+            "SGLang), then exit.",
+            callback=print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """The options of `servelab` itself, before a command."""
+
+
 app.command("probe")(probe)
 app.command("bench")(bench)
 app.command("model")(model)

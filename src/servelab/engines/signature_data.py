@@ -1461,29 +1461,32 @@ _TRANSFORMERS: tuple[Signature, ...] = (
         'num_sectors = -34"}',
         extract=_cb_worker_dead,
     ),
+    # One event per line, by the decode path's choice (what decode steps replay): "cuda
+    # graphs" only when they are on, so a CPU run (no graph backend: always (False, False))
+    # never reads as graphs on.
     _sig(
         "transformers.cuda_graphs",
         _K.ENGINE_CONFIG,
         _INFO,
         rf"Using cuda graphs for \(varlen, decode\) paths: \((?P<cuda_graph_varlen>{_TF_BOOL}), "
-        rf"(?P<cuda_graph_decode>{_TF_BOOL})\)",
+        r"(?P<cuda_graph_decode>True)\)",
         literals=("Using cuda graphs for (varlen, decode) paths",),
         source=_TF_INIT,
         example=_CB_LOG.format(ms="188") + "Using cuda graphs for (varlen, decode) paths: "
-        "(False, False)",
+        "(True, True)",
         converters={"cuda_graph_varlen": _scalar, "cuda_graph_decode": _scalar},
     ),
     _sig(
         "transformers.cuda_graphs_off",
         _K.CUDA_GRAPH_DISABLED,
         _INFO,
-        rf"Using cuda graphs for \(varlen, decode\) paths: \((?P<varlen>{_TF_BOOL}), "
-        r"(?P<decode>False)\)",
+        rf"Using cuda graphs for \(varlen, decode\) paths: \((?P<cuda_graph_varlen>{_TF_BOOL}), "
+        r"(?P<cuda_graph_decode>False)\)",
         literals=("Using cuda graphs for (varlen, decode) paths",),
         source=_TF_INIT,
         example=_CB_LOG.format(ms="188") + "Using cuda graphs for (varlen, decode) paths: "
         "(False, False)",
-        converters={"varlen": _scalar, "decode": _scalar},
+        converters={"cuda_graph_varlen": _scalar, "cuda_graph_decode": _scalar},
     ),
     _sig(
         "transformers.async_batching",

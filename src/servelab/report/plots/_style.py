@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BAND_ALPHA",
     "BAND_GREY",
+    "CATEGORY_ROW_IN",
     "DPI",
     "LABEL_CHARS",
     "LEGEND_HEIGHT_IN",
@@ -73,9 +74,14 @@ _ROLES: dict[LineRole, dict[str, Any]] = {
 }
 
 
-def panel_height_in(panels: int) -> float:
-    """Height of each panel: a lone one gets more, stacked ones less, to stay on a screen."""
-    return 2.8 if panels == 1 else 2.1
+CATEGORY_ROW_IN = 0.25
+"""Height of one row of a categorical y axis: its 9 pt label and a marker, apart."""
+
+
+def panel_height_in(panels: int, *, rows: int = 0) -> float:
+    """Height of each panel: a lone one gets more, stacked ones less, to stay on a screen;
+    one with `rows` categories at least enough for each to be read."""
+    return max(2.8 if panels == 1 else 2.1, rows * CATEGORY_ROW_IN)
 
 
 LEGEND_ROW_CHARS = 110

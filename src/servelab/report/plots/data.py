@@ -89,6 +89,9 @@ class Panel:
     """The y axis reaches at least this (100 for percentages), so a level reads against it."""
     categories: tuple[str, ...] = ()
     """When set, the x axis is categorical: boxes sit at their category's position."""
+    y_categories: tuple[str, ...] = ()
+    """When set, the y axis is categorical, these rows top to bottom: a point's y is the
+    index of its row (the engine timeline's event kinds)."""
     x_integer: bool = False
     """The x axis counts whole things (trial numbers): ticks at integers only."""
 
@@ -105,7 +108,7 @@ class Line:
     y: tuple[float, ...]
     role: LineRole = "measured"
     point_labels: tuple[str, ...] = ()
-    """One label per point (the Pareto plot's concurrencies), or none."""
+    """One label per point (the Pareto plot's concurrencies; "" for none), or none."""
 
 
 @dataclass(frozen=True, slots=True)

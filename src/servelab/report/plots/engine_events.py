@@ -5,26 +5,47 @@ The launcher stamps every log line when servelab's reader receives it, on the be
 message's first occurrence (`LogEvent.t_mono_ns`, in engine_events.json). Requests and
 level windows are on the same clock, so an event's offset from the run's first measured
 send is where it sits among the levels. An event before that send (loading, cache sizing,
-graph capture, the preflight request, warm-up) is start-up: drawn at zero, labelled so, and
-its true offset kept for the table. An engine exit has no stamp of its own: it is drawn at
-the end of the level it ended (`EngineExit.during`), else at the run's last known time.
-Events scanned from a finished log (an imported run) have no stamp and are only listed.
+graph capture, the preflight request, warm-up) is start-up: drawn at zero (the caption says
+so) and its true offset kept for the table. An engine exit has no stamp of its own: it is
+drawn at the end of the level it ended (`EngineExit.during`), else at the run's last known
+time. Events scanned from a finished log (an imported run) have no stamp and are only listed.
+
+Each event kind is a row of the timeline, named as the server warnings name it ("KV cache
+full" for kv_cache_full), so a marker's row says what it is and no label has to find room
+beside it; only a repeat count or how the engine exited is written next to a marker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from servelab.core.severity import Severity
 from servelab.core.units import NS_PER_S
 from servelab.engines.signatures import EngineExit, LogEvent, LogScan
 
-__all__ = ["MAX_MARKS", "EventMark", "event_marks", "event_notes", "event_time_text"]
+__all__ = [
+    "EXIT_ROW",
+    "MAX_MARKS",
+    "EventMark",
+    "event_marks",
+    "event_notes",
+    "event_rows",
+    "event_time_text",
+]
 
 MAX_MARKS = 40
 """At most this many markers per run, the worst and then the earliest first; the table of
 server warnings lists every event."""
+EXIT_ROW = "engine exit"
+"""The row of an engine's exit, below every event kind's."""
+_ACRONYMS = {
+    "kv": "KV",
+    "cuda": "CUDA",
+    "moe": "MoE",
+    "nccl": "NCCL",
+    "nan": "NaN",
+    "deepgemm": "DeepGEMM",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +54,24 @@ class EventMark:
 
     t_s: float
     """Seconds from the run's first measured send (0 for start-up)."""
-    label: str
+    row: str
+    """The event's kind as its row is labelled ("KV cache full"), or `EXIT_ROW`."""
+    note: str = ""
+    """Written beside the marker: how often the message repeated, how the engine exited."""
+
+
+def event_rows(scans: Iterable[LogScan | None]) -> tuple[str, ...]:
+    """The timeline's rows, top to bottom: each kind drawn, in the order its first event was
+    read (run after run), then `EXIT_ROW` if an engine exited."""
+    rows: dict[str, None] = {}
+    exited = False
+    for scan in scans:
+        if scan is None:
+            continue
+        for event in sorted(_drawn(scan), key=lambda e: e.t_mono_ns or 0):
+            rows.setdefault(_row(event))
+        exited = exited or scan.exit is not None
+    return (*rows, *((EXIT_ROW,) if exited else ()))
 
 
 def event_marks(
@@ -45,11 +83,9 @@ def event_marks(
     """
     if scan is None:
         return ()
-    stamped = _stamped(scan)
-    kept = sorted(stamped, key=lambda e: (e.severity.rank, e.t_mono_ns or 0))[:MAX_MARKS]
-    marks = [_mark(event, (event.t_mono_ns or 0) - origin_ns) for event in kept]
+    marks = [_mark(event, (event.t_mono_ns or 0) - origin_ns) for event in _drawn(scan)]
     if scan.exit is not None:
-        marks.append(_exit_mark(scan.exit, origin_ns, windows, stamped))
+        marks.append(_exit_mark(scan.exit, origin_ns, windows, _stamped(scan)))
     return tuple(sorted(marks, key=lambda m: m.t_s))
 
 
@@ -86,13 +122,19 @@ def _stamped(scan: LogScan) -> list[LogEvent]:
     return [event for event in scan.events if event.t_mono_ns is not None]
 
 
+def _drawn(scan: LogScan) -> list[LogEvent]:
+    """The stamped events that get a marker: the worst, then the earliest, `MAX_MARKS` in all."""
+    return sorted(_stamped(scan), key=lambda e: (e.severity.rank, e.t_mono_ns or 0))[:MAX_MARKS]
+
+
+def _row(event: LogEvent) -> str:
+    """The kind in words, acronyms spelled as engines spell them ("KV cache full")."""
+    return " ".join(_ACRONYMS.get(word, word) for word in event.kind.value.split("_"))
+
+
 def _mark(event: LogEvent, offset_ns: int) -> EventMark:
-    offset_s = offset_ns / NS_PER_S
-    name = event.signature.rpartition(".")[2].replace("_", " ")
-    worse = f"{event.severity.value}: " if event.severity.rank < Severity.INFO.rank else ""
-    repeated = f" (x{event.count})" if event.count > 1 else ""
-    startup = "start-up: " if offset_s < 0 else ""
-    return EventMark(t_s=max(offset_s, 0.0), label=f"{startup}{worse}{name}{repeated}")
+    repeated = f"x{event.count}" if event.count > 1 else ""
+    return EventMark(t_s=max(offset_ns / NS_PER_S, 0.0), row=_row(event), note=repeated)
 
 
 def _exit_mark(
@@ -109,6 +151,5 @@ def _exit_mark(
         ends = [end for _, end in windows.values()]
         ends += [e.t_mono_ns for e in stamped if e.t_mono_ns is not None]
         end_ns = max(ends, default=origin_ns)
-    return EventMark(
-        t_s=max((end_ns - origin_ns) / NS_PER_S, 0.0), label=f"engine exit: {died.description}"
-    )
+    t_s = max((end_ns - origin_ns) / NS_PER_S, 0.0)
+    return EventMark(t_s=t_s, row=EXIT_ROW, note=died.description)

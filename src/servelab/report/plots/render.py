@@ -85,9 +85,10 @@ def _figure(plot: Plot) -> Figure:
     from matplotlib.figure import Figure
 
     count = len(plot.panels)
-    height = _style.panel_height_in(count) * count + _style.LEGEND_HEIGHT_IN
+    heights = [_style.panel_height_in(count, rows=len(p.y_categories)) for p in plot.panels]
+    height = sum(heights) + _style.LEGEND_HEIGHT_IN
     figure = Figure(figsize=(_style.WIDTH_IN, height), layout="constrained")
-    grid = figure.subplots(count, 1, sharex=True, squeeze=False)
+    grid = figure.subplots(count, 1, sharex=True, squeeze=False, height_ratios=heights)
     for i, (axes, panel) in enumerate(zip(grid[:, 0], plot.panels, strict=True)):
         _draw_panel(axes, plot, panel, top=i == 0, bottom=i == count - 1)
     return figure
@@ -98,7 +99,7 @@ def _draw_panel(axes: Axes, plot: Plot, panel: Panel, *, top: bool, bottom: bool
     lines = [s for s in plot.series if isinstance(s, Line) and s.panel == panel.name]
     boxes = [s for s in plot.series if isinstance(s, Box) and s.panel == panel.name]
     for line in lines:
-        _draw_line(axes, plot, line)
+        _draw_line(axes, plot, line, beside=bool(panel.y_categories))
     if boxes:
         _draw_boxes(axes, plot, panel, boxes)
     _scale(axes, panel, lines)
@@ -129,7 +130,8 @@ def _legend_label(plot: Plot, run: str, name: str) -> str:
     return _style.plain(name if len(plot.runs) == 1 else f"{_style.shorten(run)}: {name}")
 
 
-def _draw_line(axes: Axes, plot: Plot, line: Line) -> None:
+def _draw_line(axes: Axes, plot: Plot, line: Line, *, beside: bool) -> None:
+    """The line, each point's label above and right of it, or `beside` it on its row."""
     color = _style.color(plot.runs, line.run)
     axes.plot(
         line.x,
@@ -138,15 +140,18 @@ def _draw_line(axes: Axes, plot: Plot, line: Line) -> None:
         label=_legend_label(plot, line.run, line.name),
         **_style.line_style(line.role),
     )
+    offset, align = ((6, 0), "center") if beside else ((4, 4), "baseline")
     for x, y, text in zip(line.x, line.y, line.point_labels, strict=False):
-        axes.annotate(
-            text,
-            (x, y),
-            xytext=(4, 4),
-            textcoords="offset points",
-            fontsize=7,
-            color=color,
-        )
+        if text:
+            axes.annotate(
+                _style.plain(text),
+                (x, y),
+                xytext=offset,
+                textcoords="offset points",
+                va=align,
+                fontsize=7,
+                color=color,
+            )
 
 
 def _draw_bands(axes: Axes, plot: Plot, *, labelled: bool) -> None:
@@ -233,7 +238,11 @@ def _scale(axes: Axes, panel: Panel, lines: list[Line]) -> None:
             axes.xaxis.set_minor_locator(NullLocator())
     elif panel.x_scale == "log":
         axes.set_xscale("log")
-    if panel.y_scale == "linear":
+    if panel.y_categories:
+        rows = len(panel.y_categories)
+        axes.set_yticks(range(rows), [_style.plain(row) for row in panel.y_categories])
+        axes.set_ylim(rows - 0.5, -0.5)  # the first row on top
+    elif panel.y_scale == "linear":
         if panel.y_min is not None:
             axes.set_ylim(bottom=panel.y_min)
         if panel.y_max is not None:

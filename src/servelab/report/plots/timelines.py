@@ -6,17 +6,17 @@ rows of one 10 Hz tick are combined first (power summed over summed limits, util
 averaged), then any series is averaged down to at most `MAX_POINTS` points, so an hour of
 eight GPUs draws as fast as a minute of one.
 
-The engine timeline also marks the engine's log events (`engine_events.py`) on that axis:
-an engine without /metrics (transformers serve, the embedded engine) is drawn from its
-events alone, and its caption says its counts are not available.
+The engine timeline also marks the engine's log events (`engine_events.py`) on that axis,
+in a panel of one labelled row per event kind: an engine without /metrics (transformers
+serve, the embedded engine) is drawn from its events alone, and its caption says its
+counts are not available.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ import numpy.typing as npt
 from servelab.core.units import NS_PER_S
 from servelab.report.plots._load import band_label
 from servelab.report.plots.data import Band, Line, LineRole, Panel, Plot, RunPlotInput
-from servelab.report.plots.engine_events import event_marks, event_notes
+from servelab.report.plots.engine_events import event_marks, event_notes, event_rows
 
 __all__ = [
     "MAX_POINTS",
@@ -41,10 +41,6 @@ MAX_POINTS = 2000
 _X_LABEL = "time since the first measured request (s)"
 _PERCENT = 100.0
 _EVENTS_LINE = "log events"
-_EVENT_LANES = 6
-"""Markers step down through this many rows in time order, so neighbours' labels part..."""
-_MAX_EVENT_LANES = 16
-"""...or through as many as the markers drawn at one time (start-up's), up to this."""
 _COUNTS = ("running", "queued", "kv_usage")
 
 FloatArray = npt.NDArray[np.float64]
@@ -89,10 +85,11 @@ def gpu_timeline_plot(runs: Sequence[RunPlotInput]) -> Plot:
 def engine_timeline_plot(runs: Sequence[RunPlotInput]) -> Plot:
     """Running and queued requests and KV cache usage from /metrics over time, the engine's
     log events marked, levels shaded; an engine without /metrics is drawn from its events."""
+    rows = event_rows(run.events for run in runs)
     panels = (
         Panel("requests", _X_LABEL, "requests", y_min=0),
         Panel("kv", _X_LABEL, "KV cache usage (%)", y_min=0, y_max=_PERCENT),
-        Panel("events", _X_LABEL, "log events", y_min=-0.5),
+        Panel("events", _X_LABEL, "log event", y_categories=rows),
     )
     caption = (
         "The requests the engine was running and holding in its queue (waiting), and how "
@@ -102,10 +99,11 @@ def engine_timeline_plot(runs: Sequence[RunPlotInput]) -> Plot:
     )
     if any(_has_events(run) for run in runs):
         caption += (
-            " Each marker is a message of the engine's log (cache sizing, CUDA graphs, a full "
-            "KV cache, an error, its exit) at the time servelab read it, in rows that only "
-            "keep labels apart; those before the first measured request are drawn at 0 and "
-            "labelled start-up."
+            " Each marker is a message of the engine's log at the time servelab read it, on "
+            "the row of its kind (cache sizing, CUDA graphs, a full KV cache, an error, the "
+            "engine's exit), with how often it repeated or how the engine exited beside it; "
+            "messages before the first measured request (start-up: loading, cache sizing, "
+            "graph capture, warm-up) are drawn at 0."
         )
     uncounted = [run for run in runs if _has_events(run) and not _has_counts(run.metrics_rows)]
     for run in uncounted:
@@ -115,7 +113,7 @@ def engine_timeline_plot(runs: Sequence[RunPlotInput]) -> Plot:
             f" Running and queued requests and KV cache usage are not available for {who}: "
             f"{why}; only its log events are drawn."
         )
-    plot = _timeline(
+    return _timeline(
         runs,
         key="engine_timeline",
         title="Engine requests and KV cache over time",
@@ -123,12 +121,11 @@ def engine_timeline_plot(runs: Sequence[RunPlotInput]) -> Plot:
         panels=panels,
         traces_of=lambda run, origin: [
             *_engine_traces(run.metrics_rows, origin),
-            *_event_traces(run, origin),
+            *_event_traces(run, origin, rows),
         ],
         reason_of=lambda run: _engine_missing(run.metrics_rows),
         notes_of=lambda run: event_notes(run.events),
     )
-    return _room_for_labels(plot)
 
 
 def level_windows(records: Iterable[dict[str, Any]]) -> dict[int, tuple[int, int]]:
@@ -273,36 +270,21 @@ def _engine_traces(rows: Sequence[dict[str, Any]], origin_ns: int) -> list[_Trac
     ]
 
 
-def _event_traces(run: RunPlotInput, origin_ns: int) -> list[_Trace]:
-    """The run's log events as labelled markers, stepping down the lanes in time order."""
+def _event_traces(run: RunPlotInput, origin_ns: int, rows: tuple[str, ...]) -> list[_Trace]:
+    """The run's log events as markers, each on the row of its kind (`rows`' index)."""
     marks = event_marks(run.events, origin_ns, level_windows(run.records))
     if not marks:
         return []
-    together = max(Counter(mark.t_s for mark in marks).values())
-    count = min(_MAX_EVENT_LANES, max(_EVENT_LANES, together))
-    lanes = [count - 1 - i % count for i in range(len(marks))]
     return [
         _Trace(
             "events",
             _EVENTS_LINE,
             np.array([mark.t_s for mark in marks], dtype=np.float64),
-            np.array(lanes, dtype=np.float64),
+            np.array([rows.index(mark.row) for mark in marks], dtype=np.float64),
             role="points",
-            labels=tuple(mark.label for mark in marks),
+            labels=tuple(mark.note for mark in marks),
         )
     ]
-
-
-def _room_for_labels(plot: Plot) -> Plot:
-    """The events panel reaches one row above its top marker, where that marker's label is."""
-    tops = [max(line.y) for line in plot.lines() if line.panel == "events"]
-    if not tops:
-        return plot
-    panels = tuple(
-        replace(panel, y_max=max(tops) + 1) if panel.name == "events" else panel
-        for panel in plot.panels
-    )
-    return replace(plot, panels=panels)
 
 
 def _has_events(run: RunPlotInput) -> bool:
