@@ -20,6 +20,29 @@ from servelab.engines.launcher import RunningEngine, launch_engine
 SERVELAB = [sys.executable, "-m", "servelab"]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cpu-hog",
+        action="store_true",
+        help="run one un-niced CPU-bound process beside the tests for the whole session: "
+        "the check that timing tests (-m timing) do not pass only on an idle machine",
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cpu_hog(request: pytest.FixtureRequest) -> Iterator[None]:
+    """With --cpu-hog, a busy loop at the tests' own priority, on any core, for the session."""
+    if not request.config.getoption("--cpu-hog"):
+        yield
+        return
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        hog.kill()
+        hog.wait()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """SIGINT handled here, so every child starts with it at its default, as at a terminal.
 
@@ -28,6 +51,20 @@ def pytest_configure(config: pytest.Config) -> None:
     handler (unlike an ignore) is reset to the default in every child that is exec'd."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+SHARED_SETUPS = {"demo_run": "demo", "ray_cluster": "ray"}
+"""Session-long set-ups too costly to make twice: under pytest-xdist every test that uses
+one runs on the same worker (`--dist loadgroup`), so each is made once."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, a test runs on the worker of its shared set-up, else of its file
+    (a module's fixtures, such as two embedded runs to compare, are then made once)."""
+    for item in items:
+        shared = [SHARED_SETUPS[f] for f in getattr(item, "fixturenames", ()) if f in SHARED_SETUPS]
+        group = shared[0] if shared else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)

@@ -55,6 +55,7 @@ def hog_on_core() -> int:
     hog.wait()
 
 
+@pytest.mark.timing
 def test_a_saturated_worker_sharing_its_core_wants_all_of_it_and_gets_about_half(
     hog_on_core: int,
 ):
@@ -66,6 +67,7 @@ def test_a_saturated_worker_sharing_its_core_wants_all_of_it_and_gets_about_half
     assert stats.demand_pct > CLIENT_BOUND_CPU_PCT
 
 
+@pytest.mark.timing
 def test_a_worker_with_room_to_spare_wants_little_even_beside_a_busy_loop(hog_on_core: int):
     """The negative control: computing a fifth of each 10 ms, it waits for the core only
     when it wakes, and wants far less than a core."""

@@ -166,11 +166,15 @@ def test_informational_responses_are_skipped() -> None:
     assert (status, body) == (200, b"ok")
 
 
+@pytest.mark.timing
 def test_stamps_are_arrival_times_and_bytes_with_the_head_keep_theirs() -> None:
     reply = [OK_CHUNKED + b"3\r\none\r\n", (0.15, b"3\r\ntwo\r\n"), (0.15, b"0\r\n\r\n")]
     with serving(Scripted([reply])) as server:
         [(_, body, stamps)] = exchange(server)
     assert body == b"onetwo"
+    # the server pauses 150 ms between the pieces; a stamp is taken when the client reads,
+    # so the first piece read up to 10 ms late still passes (taken at the body's end, both
+    # stamps would be one)
     assert (stamps[1] - stamps[0]) / 1e6 >= 140
 
 
@@ -206,7 +210,10 @@ def test_a_fresh_connection_closed_before_answering_is_not_retried() -> None:
     assert server.connections == 1
 
 
+@pytest.mark.timing
 def test_silence_is_a_stall_but_slow_steady_bytes_are_not() -> None:
+    # bytes every 0.1 s against a 0.25 s stall limit: a gap must stretch by 0.15 s to be
+    # taken for a stall. The silent server below is the control: it must be one.
     steady = [OK_CHUNKED] + [(0.1, b"1\r\nx\r\n")] * 6 + [b"0\r\n\r\n"]
     with serving(Scripted([steady])) as server:
         [(_, body, _)] = exchange(server, stall_s=0.25)
@@ -215,6 +222,7 @@ def test_silence_is_a_stall_but_slow_steady_bytes_are_not() -> None:
         t0 = time.monotonic()
         with pytest.raises(Stalled, match=r"no data for 0\.3 s"):
             exchange(server, stall_s=0.3)
+        # raised after 0.3 s of silence, so not before 0.25 s; 2.0 s bounds a hang, generously
         assert 0.25 < time.monotonic() - t0 < 2.0
 
 

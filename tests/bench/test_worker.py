@@ -12,6 +12,8 @@ import uvloop
 
 from servelab.bench.worker import _watch_loop_lag
 
+pytestmark = pytest.mark.timing
+
 MS = 1_000_000
 
 

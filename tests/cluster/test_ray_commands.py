@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 
+import pytest
 import yaml
 
 from servelab.bench.traces import load_replay
@@ -32,6 +33,7 @@ def _both_nodes_sent(level: dict) -> bool:
     return len(nodes) == 2 and all(n["requests"] > 0 and not n["lost"] for n in nodes)
 
 
+@pytest.mark.timing
 def test_run_searches_capacity_with_the_load_from_the_cluster(ray_cluster, start_sim, tmp_path):
     """The capacity test of tests/integration (a cap of 3, TTFT <= 100 ms: capacity 3,
     4 fails), its load now from workers on both nodes, joined through Ray Client."""
@@ -82,6 +84,7 @@ def test_every_tune_trial_draws_its_load_from_the_cluster(ray_cluster, tmp_path)
         assert level["completed"] == 16 and _both_nodes_sent(level), level["client"]
 
 
+@pytest.mark.timing
 def test_a_trace_replays_at_its_timestamps_from_both_nodes(ray_cluster, start_sim, tmp_path):
     """The Mooncake fixture's 20 requests over 3.8 s, each sent by some node at its
     timestamp: the planned times are the trace's, within the nodes' clock error."""

@@ -23,6 +23,8 @@ from servelab.diagnose import DiagnoseOptions, Diagnosis, FindingKind, diagnose_
 from servelab.engines.launcher import RunningEngine
 from tests.diagnose.probes import story_vm_probe
 
+pytestmark = pytest.mark.timing
+
 SERVELAB = [sys.executable, "-m", "servelab"]
 LLAMA = {"model": "llama-3.1-8b", "gpu": "h200"}
 LOGS = Path(__file__).resolve().parents[1] / "engines" / "data" / "logs"

@@ -14,12 +14,15 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from servelab.bench.results import BenchSummary
 from servelab.diagnose.deployment import launched_spec
 from servelab.diagnose.document import Diagnosis
 from tests.conftest import SERVELAB, DemoRun
+
+pytestmark = pytest.mark.timing
 
 
 def _applied(spec: dict[str, Any], knob: str, value: Any) -> dict[str, Any]:

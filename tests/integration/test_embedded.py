@@ -84,6 +84,7 @@ def _gpus_nvml_sees() -> int:
         source.close()
 
 
+@pytest.mark.timing
 def test_servelab_run_end_to_end(demo_run: DemoRun):
     out, result = demo_run.out, demo_run.result
     assert result.returncode == 0, result.stderr[-2000:]

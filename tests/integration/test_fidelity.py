@@ -22,6 +22,8 @@ from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.workload import WorkloadSpec
 from servelab.sim import read_truth
 
+pytestmark = pytest.mark.timing
+
 OUTPUT_TOKENS = 32
 
 

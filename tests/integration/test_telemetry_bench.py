@@ -35,7 +35,13 @@ def test_the_engines_queue_is_seen_per_level(start_sim, tmp_path: Path):
     alone, queued = (level.telemetry for level in levels)
     assert alone is not None and queued is not None
     assert alone.engine.available and alone.engine.engine == "sglang"
-    assert alone.engine.running_max == 1 and alone.engine.queued_max == 0
+    # One stream: the engine never holds more than its one request. A scrape may catch it
+    # waiting between its arrival and the next step (up to one 20 ms step of a request of
+    # 40 steps: at most 1/40 of the time, more only when the machine delays the step
+    # loop), so it is rarely queued: a mean under half, where six streams on a cap of two
+    # keep four waiting.
+    assert alone.engine.running_max == 1 and alone.engine.queued_max in (0, 1)
+    assert alone.engine.queued_mean is not None and alone.engine.queued_mean < 0.5
     assert queued.engine.running_max == 2
     assert queued.engine.queued_mean is not None and queued.engine.queued_mean > 1
     assert not queued.gpu.available  # no --gpus

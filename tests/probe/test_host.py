@@ -6,6 +6,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from servelab.probe.host import HostFacts, NumaNode, read_host
 from tests.probe.trees import (
     BARE_METAL,
@@ -162,6 +164,7 @@ def test_empty_tree_reads_as_unknown(tmp_path: Path):
     )
 
 
+@pytest.mark.timing
 def test_this_machine_is_read_quickly():
     start = time.perf_counter()
     host = read_host()

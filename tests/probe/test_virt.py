@@ -459,6 +459,7 @@ def test_long_marker_lines_are_clipped(tmp_path: Path):
     assert line.endswith("...")
 
 
+@pytest.mark.timing
 def test_this_machine_is_read_quickly():
     start = time.perf_counter()
     facts = detect_virtualization()

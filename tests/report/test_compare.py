@@ -247,6 +247,7 @@ def embedded_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: root / name for name in runs}
 
 
+@pytest.mark.timing
 def test_two_runs_of_one_configuration_differ_less_than_a_changed_knob(
     embedded_runs, tmp_path: Path
 ):
@@ -269,6 +270,7 @@ def _ttft_at_one(a: ReportRun, b: ReportRun) -> MetricDelta:
     )
 
 
+@pytest.mark.timing
 def test_a_changed_knob_shows_outside_noise_in_the_report(embedded_runs, tmp_path: Path):
     """Prefill in 32-token chunks lengthens TTFT at one stream (measured +39% to +85% over
     CI runs): outside noise, and by more than the repeat of the same configuration moved

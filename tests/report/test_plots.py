@@ -553,6 +553,7 @@ def test_importing_the_plots_loads_no_matplotlib():
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.timing
 def test_a_large_run_builds_and_renders_in_seconds():
     rng = np.random.default_rng(0)
     records = []

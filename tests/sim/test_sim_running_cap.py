@@ -60,6 +60,9 @@ def _run_eight(sim_session, chat, tmp_path, **config):
     async def scenario():
         async with sim_session(record_path=path, max_running_requests=4, **config) as (sim, http):
             load = asyncio.create_task(_concurrently(http, [chat(5)] * 8, stagger_s=0.002))
+            # 30 ms: after the last of the eight is sent (7 x 2 ms = 14 ms) and before any of
+            # the first four can finish (fixed timing: 20 + 4 x 10 = 60 ms; batching: five
+            # steps, a prefill and four decodes, of at least 10 ms each: 50 ms)
             await asyncio.sleep(0.03)
             during = sim.stats()
             statuses = await load
@@ -72,6 +75,7 @@ def _run_eight(sim_session, chat, tmp_path, **config):
     return records, during
 
 
+@pytest.mark.timing
 def test_fixed_timing_with_a_cap_queues_the_rest_and_their_ttft_grows(sim_session, chat, tmp_path):
     ttft, itl = 20 * MS, 10 * MS
     records, during = _run_eight(sim_session, chat, tmp_path, ttft_ms=20, itl_ms=10)
@@ -81,12 +85,15 @@ def test_fixed_timing_with_a_cap_queues_the_rest_and_their_ttft_grows(sim_sessio
     for begin, record in zip(starts, records, strict=True):  # chunks on the fixed grid
         assert _dues(record) == [begin + ttft + k * itl for k in range(5)]
     ttft_ms = [(r.chunk_sent_ns[0] - r.t_recv_ns) / MS for r in records]
+    # due exactly 20 ms after receipt and never sent before it; the 15 ms above is the send
+    # lag allowed (not derived from a measured spread)
     assert all(19.5 < t < 35 for t in ttft_ms[:4])
     # the later four start as the first four finish, 60 ms after them
     assert all(ttft_ms[k] > 20 + 60 - 10 for k in range(4, 8))
     assert min(starts[4:]) >= min(r.t_done_ns for r in records[:4])
 
 
+@pytest.mark.timing
 def test_batching_with_a_cap_runs_four_and_steps_them_together(sim_session, chat, tmp_path):
     records, during = _run_eight(sim_session, chat, tmp_path, **BATCHING)
     assert (during.requests_running, during.requests_waiting) == (4, 4)
@@ -106,6 +113,7 @@ def test_batching_with_a_cap_runs_four_and_steps_them_together(sim_session, chat
     assert max(ttft_ms[:4]) < min(ttft_ms[4:])
 
 
+@pytest.mark.timing
 def test_fixed_timing_non_streaming_answers_wait_for_a_slot_too(sim_session, chat):
     async def scenario():
         async with sim_session(max_running_requests=1, ttft_ms=20, itl_ms=10) as (_, http):

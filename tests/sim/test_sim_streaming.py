@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 TOKEN = " tok"
 
 
+@pytest.mark.timing
 def test_chunk_timing_matches_ttft_and_itl(sim_session, read_sse, chat, on_time):
     ttft_ms, itl_ms, n = 40.0, 15.0, 12
 
@@ -69,6 +72,7 @@ def test_reasoning_tokens_come_first_as_reasoning_content(one_stream, chat):
     assert deltas == [{"reasoning_content": TOKEN}] * 3 + [{"content": TOKEN}] * 2
 
 
+@pytest.mark.timing
 def test_tokens_per_chunk_groups_tokens_and_keeps_the_gap_per_chunk(
     sim_session, read_sse, chat, on_time
 ):
@@ -132,6 +136,7 @@ def test_max_completion_tokens_and_the_default(sim_session, read_sse, chat):
     assert sum(1 for e in explicit if e.text) == 3
 
 
+@pytest.mark.timing
 def test_concurrent_streams_keep_their_own_schedule(sim_session, read_sse, chat, on_time):
     """Streams started at different times each follow their own t_recv, not a shared tick."""
     ttft_ms, itl_ms, n = 10.0, 10.0, 6

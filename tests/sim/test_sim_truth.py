@@ -7,11 +7,13 @@ import time
 
 import aiohttp
 import orjson
+import pytest
 
 from servelab.sim import Fault, Outcome, SimConfig, TruthRecord, read_truth, start
 from servelab.sim.truth import FLUSH_INTERVAL_S
 
 
+@pytest.mark.timing
 def test_truth_log_matches_the_client(sim_session, read_sse, chat, tmp_path):
     path = tmp_path / "truth.jsonl"
     ids = [f"req-{i}" for i in range(6)]

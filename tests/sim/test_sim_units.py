@@ -24,6 +24,7 @@ def test_fixed_timing_due_times_are_absolute():
     assert timing.due_ns(request, 255) == 1_000 + 50_000_000 + 255 * 20_000_000
 
 
+@pytest.mark.timing
 def test_long_streams_do_not_drift(sim_session, read_sse, chat, on_time):
     """Per-chunk overhead must not add up: the 100th chunk is as punctual as the first."""
     ttft_ms, itl_ms, n = 5.0, 4.0, 100
@@ -54,6 +55,7 @@ class _Accelerating:
         return request.t_recv_ns + gaps
 
 
+@pytest.mark.timing
 def test_the_scheduler_follows_any_timing_source(read_sse, chat, on_time):
     async def scenario():
         sim = await start(SimConfig(port=0), timing=_Accelerating())

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from servelab.telemetry._loop import ErrorLog, Periodic
 
 
@@ -31,6 +33,7 @@ def test_a_typically_slow_tick_stretches_the_interval_up_to_the_ceiling():
     assert loop.stretched(1.07) == 1.0
 
 
+@pytest.mark.timing
 def test_one_slow_tick_among_fast_ones_does_not_stretch_the_interval():
     times = iter([0.2] + [0.0] * 1000)
     ticks: list[float] = []

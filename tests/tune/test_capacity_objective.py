@@ -134,6 +134,7 @@ def test_early_stop_gives_up_where_a_failure_puts_the_capacity_under_the_bar():
     assert give_up_below(parsed, None) is None
 
 
+@pytest.mark.timing
 def test_a_study_ranks_its_trials_by_capacity(tmp_path: Path):
     """Two trials of the simulator with fixed timing (TTFT 20 ms, a slot held for
     20 + 7 x 30 = 230 ms), its running-request cap 1 (the base) and 2; SLO TTFT <= 60 ms

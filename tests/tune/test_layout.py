@@ -311,6 +311,7 @@ def test_each_trial_carries_the_calibrated_models_account(layout_study: LayoutSt
         assert model["allreduce_ms"] != pytest.approx(datasheet_ms, rel=0.05)
 
 
+@pytest.mark.timing
 def test_the_measured_layouts_rank_as_derived_by_hand(layout_study: LayoutStudy) -> None:
     """Each pair of layouts at the cap of 64 measures within HAND_REL of the ratio derived
     by hand below (never from servelab.model): at 8,192 in that says tp=2,pp=4 wins, by

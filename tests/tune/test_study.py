@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.conftest import SERVELAB
@@ -44,6 +45,7 @@ STORY = {
 }
 
 
+@pytest.mark.timing
 def test_the_story_study_raises_the_cap_and_a_rerun_continues_it(tmp_path: Path):
     """DESIGN.md's story on the simulator: from the server's cap of 64, diagnose's action
     (a higher cap) is the second trial, and the best gives >= 1.6x the base at 128."""
@@ -98,6 +100,7 @@ def test_the_story_study_raises_the_cap_and_a_rerun_continues_it(tmp_path: Path)
     ]
 
 
+@pytest.mark.timing
 def test_trials_far_behind_stop_early_and_layouts_past_the_gpus_are_pruned(tmp_path: Path):
     space = write_space(
         tmp_path / "fixed.yaml",
@@ -127,6 +130,8 @@ def test_trials_far_behind_stop_early_and_layouts_past_the_gpus_are_pruned(tmp_p
         assert pruned["reason"] == "tp=16 needs 16 GPUs; 8 available"
         assert pruned["run_dir"] is None
     slow = by_params[(60, 1)]
+    # 16 tokens 60 ms apart: 5 + 15 x 60 = 905 ms a request against the default's
+    # 5 + 15 x 2 = 35 ms, about 1/26 of its throughput at 4, far under early_stop's 0.5
     assert slow["state"] == "pruned"
     # judged where the objective is read (concurrency 4), not at the first level
     assert slow["reason"].startswith("stopped early: output_throughput at 4 is")

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from servelab.telemetry.process_cpu import EngineCpuMeter, host_busy_s, session_cpu_s
 
 
@@ -42,6 +44,7 @@ def test_host_busy_counts_only_the_cores_given(tmp_path: Path):
     assert host_busy_s(tmp_path, frozenset({0, 1})) == 10.0
 
 
+@pytest.mark.timing
 def test_a_busy_child_session_reads_about_one_core():
     spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 3: pass\n"
     child = subprocess.Popen([sys.executable, "-c", spin], start_new_session=True)
@@ -55,6 +58,9 @@ def test_a_busy_child_session_reads_about_one_core():
         child.kill()
         child.wait()
     assert cpu is not None and cpu.processes == 1
-    assert 0.3 < cpu.cores <= 1.1  # one spinning thread; a loaded machine gives it less
+    # One spinning thread: at most a core (0.1 over it for /proc's 10 ms ticks in 1.5 s and
+    # the meter's stamps); a loaded machine gives it less, two thirds of a core beside two
+    # other busy processes on two cores. The lower bar is not derived from a measured spread.
+    assert 0.3 < cpu.cores <= 1.1
     assert cpu.host_busy_cores is not None and cpu.host_busy_cores >= cpu.cores * 0.9
     assert cpu.host_cores == len(os.sched_getaffinity(0))

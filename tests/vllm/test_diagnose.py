@@ -8,10 +8,14 @@ Reuses the session's vLLM engines and their sweeps; no launch or bench of its ow
 
 from __future__ import annotations
 
+import pytest
+
 from servelab.bench.session import BenchOutcome
 from servelab.diagnose import DiagnoseOptions, diagnose_run
 from servelab.diagnose.findings import FindingKind
 from tests.vllm.conftest import Rerun
+
+pytestmark = pytest.mark.timing
 
 
 def _check(rerun: Rerun):

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from statistics import median
 
+import pytest
+
 from servelab.bench.results import LevelSummary
 from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
 from servelab.bench.trial import for_engine
@@ -14,6 +16,8 @@ from servelab.diagnose import find_knee
 from servelab.engines.cpu_share import SCHEDULER_NICE
 from servelab.telemetry.summary import MIN_ENGINE_SAMPLES, EngineLevel
 from tests.vllm.conftest import CAP, CAPPED_LEVELS, KV_BLOCKS, SWEEP_WORKLOAD, VllmEngine
+
+pytestmark = pytest.mark.timing
 
 
 def _engine(level: LevelSummary) -> EngineLevel:

@@ -5,7 +5,11 @@ two launches)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.vllm.conftest import CAP, RAISED_CAP, TuneRun
+
+pytestmark = pytest.mark.timing
 
 WANDER = 1.5
 """Two trials run minutes apart on two shared cores: the same default trial measured

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from servelab.bench.capacity import CapacityPlan
 from servelab.bench.load import LoadMode
 from servelab.bench.prefix import PrefixCacheLevel
@@ -24,6 +26,8 @@ from tests.vllm.conftest import (
     VllmEngine,
     sweep_without_pauses,
 )
+
+pytestmark = pytest.mark.timing
 
 NEAR_IDEAL = 0.10
 """The issue's bar: the measured hit rate within 10 points of the workload's ideal."""
