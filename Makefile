@@ -22,10 +22,17 @@ demo: venv-local
 	$(BIN)/servelab run
 
 # The three set-ups are independent (two venvs and Debian's packages, mostly downloads):
-# they run side by side, then the suite.
+# they run side by side, then the suite in two parts. Everything but vLLM runs on two
+# pytest workers (`--dist loadgroup` keeps the demo run and the Ray cluster on one worker
+# each): its timing tests hold beside one busy process (`-m timing --cpu-hog`), and two
+# workers is one neighbour each, on any machine. vLLM's tests then run alone: their engine
+# takes half the cores and the load generator the rest. Both parts always run.
+PYTEST := $(BIN)/python -m pytest
 test:
 	$(MAKE) --no-print-directory -j3 lint vllm test-services
-	$(BIN)/python -m pytest
+	$(PYTEST) -n 2 --dist loadgroup --ignore=tests/vllm; parallel=$$?; \
+	$(PYTEST) tests/vllm; alone=$$?; \
+	test $$parallel -eq 0 && test $$alone -eq 0
 
 # Debian services the tests use (chromium for the HTML report, postgresql-15 for shared
 # tuning studies): installed when missing; a no-op when present; one line when not root.
