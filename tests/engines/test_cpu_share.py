@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 
 import servelab.engines.vllm as vllm_adapter
+from servelab.bench.results import BenchSummary
 from servelab.engines.base import EngineSpec
 from servelab.engines.cpu_share import CpuShare, engine_cpu_share, lower_priority
 from servelab.engines.vllm import OMP_BIND_ENV, VLLMAdapter
+from servelab.store import RunDir
+from tests.diagnose.builders import level, summary, write_run
 
 THREADED_CHILD = (
     "import subprocess, threading, time;"
@@ -141,3 +144,23 @@ def test_settle_records_the_binding_and_whose_it_is():
     }
     own = ours.model_copy(update={"env": {OMP_BIND_ENV: "6,7"}})
     assert adapter.settle(own, session)[OMP_BIND_ENV] == "6,7 (the spec's or the environment's own)"
+
+
+def test_the_share_is_kept_in_the_runs_summary(tmp_path: Path):
+    """What settle returned goes into summary.json's engine record as it is (nested, with
+    lists of cores) and reads back the same."""
+    share = {
+        "scheduler_nice": 10,
+        "scheduler_pids": [4242],
+        OMP_BIND_ENV: "0",
+        "engine_cpus": [0],
+        "client_cpus": [1],
+    }
+    run = summary(
+        [level(0, 1, total_tps=100.0, tpot_ms=5.0, ttft_ms=20.0)],
+        engine={"engine": "vllm", "command": ["vllm", "serve"], "cpu_share": share},
+    )
+    folder = write_run(tmp_path / "run", run)
+    loaded = RunDir(folder).load_summary(BenchSummary)
+    assert loaded is not None and loaded.engine is not None
+    assert loaded.engine["cpu_share"] == share

@@ -7,7 +7,7 @@ docs/METRICS.md (a test checks the two agree).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -336,7 +336,11 @@ class BenchSummary(BaseModel):
     status: RunStatus
     run: RunInfo
     levels: list[LevelSummary]
-    engine: dict[str, str | int | list[str] | None] | None = None
+    engine: dict[str, str | int | list[str] | dict[str, Any] | None] | None = Field(
+        default=None,
+        description="The launched engine: its command, spec and log; `cpu_share`, where its "
+        "adapter set one, the cores and priorities it left the load generator.",
+    )
     failure: str | None = Field(
         default=None, description="Why the run failed (status 'failed'), in one line."
     )
