@@ -172,10 +172,26 @@ def test_stamps_are_arrival_times_and_bytes_with_the_head_keep_theirs() -> None:
     with serving(Scripted([reply])) as server:
         [(_, body, stamps)] = exchange(server)
     assert body == b"onetwo"
+    stamped_at_arrival(stamps)
+
+
+def stamped_at_arrival(stamps: list[int]) -> None:
+    """The two pieces' stamps keep the server's 150 ms pause between them."""
     # the server pauses 150 ms between the pieces; a stamp is taken when the client reads,
     # so the first piece read up to 10 ms late still passes (taken at the body's end, both
     # stamps would be one)
     assert (stamps[1] - stamps[0]) / 1e6 >= 140
+
+
+def test_stamps_taken_late_or_at_the_body_end_are_not_arrival_times() -> None:
+    """The negative control of the stamp check: a first stamp 15 ms after its piece arrived
+    (1.5x the 10 ms margin) or both at the body's end are caught; 5 ms late is not."""
+    ms = 1_000_000
+    with pytest.raises(AssertionError):
+        stamped_at_arrival([15 * ms, 150 * ms])
+    with pytest.raises(AssertionError):
+        stamped_at_arrival([150 * ms, 150 * ms])
+    stamped_at_arrival([5 * ms, 150 * ms])
 
 
 def test_a_pooled_connection_the_server_closed_is_replaced_once() -> None:

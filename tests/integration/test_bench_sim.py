@@ -51,20 +51,55 @@ def test_open_loop_sends_on_schedule(start_sim, tmp_path):
     level = summary.levels[0]
     assert level.request_rate == 40 and level.max_concurrency is None
     assert level.completed == 80
-    # Sent on time and never drifting: the typical lag is small and does not grow over the
-    # level (one late send on a busy 2-core machine is noise, not drift).
-    lags_ms = [
-        (r["t_send_ns"] - r["t_scheduled_ns"]) / 1e6
-        for r in sorted(records, key=lambda r: r["t_scheduled_ns"])
-    ]
-    assert sorted(lags_ms)[len(lags_ms) // 2] < 2
-    assert sum(lags_ms[-20:]) / 20 < sum(lags_ms[:20]) / 20 + 5
+    assert_sent_on_schedule(records)
     assert level.client.p99_schedule_lag_ms < 25
     sends = sorted(r["t_send_ns"] for r in records)
     span_s = (sends[-1] - sends[0]) / 1e9
     # Poisson: 80 arrivals at 40/s. The seeded draw plans its 79 gaps over 2.06 s (38.3/s),
     # so the 35% lets the sends' span stretch by about 1 s or shrink by 0.6 s
     assert 79 / span_s == pytest.approx(40, rel=0.35)
+
+
+def assert_sent_on_schedule(records: list[dict]) -> None:
+    """Sent on time and never drifting: the typical lag is small and does not grow over the
+    level (one late send on a busy 2-core machine is noise, not drift)."""
+    lags_ms = [
+        (r["t_send_ns"] - r["t_scheduled_ns"]) / 1e6
+        for r in sorted(records, key=lambda r: r["t_scheduled_ns"])
+    ]
+    assert sorted(lags_ms)[len(lags_ms) // 2] < 2
+    assert sum(lags_ms[-20:]) / 20 < sum(lags_ms[:20]) / 20 + 5
+
+
+def sends(lags_ms: list[float]) -> list[dict]:
+    """Records of sends 25 ms apart, each `lags_ms` after its planned time, out of order."""
+    planned = [k * 25_000_000 for k in range(len(lags_ms))]
+    rows = [
+        {"t_scheduled_ns": t, "t_send_ns": t + round(lag * 1e6)}
+        for t, lag in zip(planned, lags_ms, strict=True)
+    ]
+    return rows[1::2] + rows[::2]  # the check orders them by plan itself
+
+
+def test_sends_within_the_margins_are_on_schedule():
+    """The controls' other half: a 1 ms lag, rising by 2.5 ms at the end, passes."""
+    assert_sent_on_schedule(sends([1.0] * 60 + [3.5] * 20))
+
+
+@pytest.mark.parametrize(
+    "lags_ms",
+    [
+        # 1.5x the bound on the median lag (2 ms), no drift
+        pytest.param([3.0] * 80, id="every-send-3-ms-late"),
+        # the median at 0.5 ms, but the last 20 sends 7.5 ms behind the first 20 (5 ms bound)
+        pytest.param([0.5] * 60 + [8.0] * 20, id="falling-7.5-ms-behind-at-the-end"),
+    ],
+)
+def test_sends_late_or_drifting_past_a_margin_are_off_schedule(lags_ms):
+    """The negative control of the open-loop schedule check: each breach is 1.5x one bound
+    and within the other, so loosening that bound by 2x lets it through and this fails."""
+    with pytest.raises(AssertionError):
+        assert_sent_on_schedule(sends(lags_ms))
 
 
 @pytest.mark.timing

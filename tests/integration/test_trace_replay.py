@@ -69,7 +69,7 @@ def test_a_mooncake_trace_is_sent_at_its_timestamps_with_its_lengths(start_sim, 
     assert planned_ms(rows) == [t["timestamp"] / 4 for t in TRACE]
     # Sent on time: the schedule error is small, and the summary reports the same numbers.
     errors = schedule_error_ms(rows)
-    assert median(errors) < 2
+    assert_sent_on_time(rows)
     client = level["client"]
     assert client["max_schedule_lag_ms"] == pytest.approx(max(errors))
     assert client["p99_schedule_lag_ms"] < 25
@@ -94,10 +94,61 @@ def test_a_window_replays_its_requests_and_speed_halves_its_duration(start_sim, 
     assert planned_ms(real_time) == [t["timestamp"] - first for t in inside]
     assert planned_ms(twice) == [(t["timestamp"] - first) / 2 for t in inside]
     assert [r["output_tokens"] for r in real_time] == [t["output_length"] for t in inside]
+    assert_twice_as_fast(twice, real_time)
+    assert_sent_on_time(real_time + twice)
+
+
+def assert_sent_on_time(rows: list[dict]) -> None:
+    """The typical schedule error is under 2 ms."""
+    assert median(schedule_error_ms(rows)) < 2
+
+
+def assert_twice_as_fast(twice: list[dict], real_time: list[dict]) -> None:
+    """The replay at speed 2 sends over half the span of the one in real time."""
     # planned exactly 2:1 (above); the window's 1.946 s span makes 0.02 about 39 ms of send
     # lag between the faster replay's first and last request
     assert send_span_s(twice) / send_span_s(real_time) == pytest.approx(0.5, abs=0.02)
-    assert median(schedule_error_ms(real_time + twice)) < 2
+
+
+def sent(planned_ms: list[float], late_ms: float, connect_ms: float = 0.0) -> list[dict]:
+    """Rows of requests sent `late_ms` after their plan, `connect_ms` of it connecting."""
+    return [
+        {
+            "t_scheduled_ns": round(t * NS_PER_MS),
+            "t_send_ns": round((t + late_ms) * NS_PER_MS),
+            "connect_ns": round(connect_ms * NS_PER_MS),
+        }
+        for t in planned_ms
+    ]
+
+
+WINDOW_MS = [0.0, 120.0, 700.0, 1100.0, 1946.0]
+
+
+def test_sends_3_ms_late_are_off_schedule_unless_connecting_took_it():
+    """The negative control of the schedule error: 1.5x its 2 ms bound late is caught, and
+    the same lateness spent setting up a connection is not the schedule's."""
+    with pytest.raises(AssertionError):
+        assert_sent_on_time(sent(WINDOW_MS, late_ms=3.0))
+    assert_sent_on_time(sent(WINDOW_MS, late_ms=3.0, connect_ms=2.0))
+    assert_sent_on_time(sent(WINDOW_MS, late_ms=1.0))
+
+
+def test_a_faster_replay_drifting_by_60_ms_is_not_twice_as_fast():
+    """The negative control of the speed check: the speed-2 replay's sends drift 3% of the
+    real-time span (1.5x the 0.02 margin) behind its plan, one within the margin does not."""
+    real_time = sent(WINDOW_MS, late_ms=1.0)
+
+    def faster(drift: float) -> list[dict]:
+        """Planned at half the window's times, each sent `drift` of its own time late."""
+        rows = sent([t / 2 for t in WINDOW_MS], late_ms=1.0)
+        for row, t in zip(rows, WINDOW_MS, strict=True):
+            row["t_send_ns"] += round(drift * t * NS_PER_MS)
+        return rows
+
+    with pytest.raises(AssertionError):
+        assert_twice_as_fast(faster(0.03), real_time)
+    assert_twice_as_fast(faster(0.01), real_time)
 
 
 def test_prompts_repeated_across_a_runs_builds_count_as_shared(start_sim, tmp_path):

@@ -31,6 +31,29 @@ def test_chunk_timing_matches_ttft_and_itl(sim_session, read_sse, chat, on_time)
     on_time(asyncio.run(scenario()))
 
 
+def test_a_stream_within_every_margin_is_on_time(on_time):
+    """The control's other half: lateness at half of each bound passes `on_time`."""
+    errors_ms = [-0.25] + [2.0] * 16 + [5.0, 5.0, 125.0]  # earliest, median, p90, worst
+    on_time(errors_ms)
+
+
+@pytest.mark.parametrize(
+    ("errors_ms", "flagged"),
+    [
+        # each breach is 1.5x one bound and within the others, so loosening that bound by
+        # 2x (or dropping it) lets the breach through and this control fails
+        pytest.param([-0.75] + [1.0] * 19, "before it was due", id="a-chunk-0.75-ms-early"),
+        pytest.param([6.0] * 20, "median lateness", id="every-chunk-6-ms-late"),
+        pytest.param([1.0] * 17 + [15.0] * 3, "90th percentile", id="a-tail-15-ms-late"),
+        pytest.param([1.0] * 19 + [375.0], "worst lateness", id="one-chunk-375-ms-late"),
+    ],
+)
+def test_a_stream_past_a_margin_is_not_on_time(on_time, errors_ms, flagged):
+    """The negative control of `on_time`, the check of every chunk-timing test here."""
+    with pytest.raises(AssertionError, match=flagged):
+        on_time(errors_ms)
+
+
 def test_usage_role_chunk_and_done(sim_session, read_sse, chat):
     async def scenario():
         async with (

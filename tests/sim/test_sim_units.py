@@ -42,8 +42,24 @@ def test_long_streams_do_not_drift(sim_session, read_sse, chat, on_time):
         (e.t_ns - t_send) / 1e6 - (ttft_ms + k * itl_ms) for k, e in enumerate(text_events)
     ]
     on_time(errors_ms)
+    assert_no_drift(errors_ms)
+
+
+def assert_no_drift(errors_ms: list[float]) -> None:
+    """The last 20 chunks are as punctual as the first 20, to 2 ms."""
     # 0.1 ms lost per chunk would show as 8 ms between the first and the last 20 chunks
     assert statistics.median(errors_ms[-20:]) - statistics.median(errors_ms[:20]) < 2.0
+
+
+def test_a_stream_losing_40_us_a_chunk_drifts_though_it_is_on_time(on_time):
+    """The negative control of the drift check: 0.04 ms lost per chunk is 3.2 ms over the 80
+    chunks between the two windows' medians, past the 2 ms bound and within twice it. Every
+    chunk is still within `on_time`'s bounds, so only the drift check sees it."""
+    drifting = [0.04 * k for k in range(100)]
+    on_time(drifting)
+    with pytest.raises(AssertionError):
+        assert_no_drift(drifting)
+    assert_no_drift([0.01 * k for k in range(100)])  # 0.8 ms over the stream: no drift
 
 
 @dataclass(frozen=True)

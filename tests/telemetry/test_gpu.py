@@ -12,7 +12,7 @@ import pytest
 
 from servelab.core.errors import ConfigError
 from servelab.telemetry import gpu as gpu_module
-from servelab.telemetry.gpu import GpuSampler, GpuTrace, resolve_gpus
+from servelab.telemetry.gpu import GpuSample, GpuSampler, GpuTrace, resolve_gpus
 from servelab.telemetry.scrape import EngineTrace
 from servelab.telemetry.summary import summarize_level
 
@@ -45,12 +45,8 @@ def default_rates():
 @pytest.mark.timing
 def test_power_clocks_and_energy_at_10_hz_while_pcie_blocks(default_rates):
     _, rows, trace, sampler = default_rates
-    ticks = {sample.tick for sample in trace.samples}
-    # ticks at 0, 0.1, ... 1.2 s of the 1.25 s run: 13; two late ones or one more at the stop
-    assert 11 <= len(ticks) <= 14
+    at_10_hz_for_1_25_s(trace.samples)
     gpu0 = [sample for sample in trace.samples if sample.gpu == 0]
-    gaps_ms = [(b.t_ns - a.t_ns) / 1e6 for a, b in itertools.pairwise(gpu0)]
-    assert 90 < statistics.median(gaps_ms) < 110  # 80 ms of PCIe reads per second don't slow it
     first = gpu0[0]
     assert (first.power_w, first.power_limit_w) == (250.0, 500.0)
     assert (first.util_pct, first.mem_util_pct) == (100, 40)
@@ -77,6 +73,39 @@ def test_power_clocks_and_energy_at_10_hz_while_pcie_blocks(default_rates):
         {"gpu": 0, "uuid": "GPU-0000-fake-aaaa", "name": "Fake H200"},
         {"gpu": 1, "uuid": "GPU-0001-fake-bbbb", "name": "Fake H200"},
     ]
+
+
+def at_10_hz_for_1_25_s(samples: list[GpuSample]) -> None:
+    """The cadence of a 1.25 s run at the default 10 Hz: its tick count and GPU 0's gaps."""
+    ticks = {sample.tick for sample in samples}
+    # ticks at 0, 0.1, ... 1.2 s of the 1.25 s run: 13; two late ones or one more at the stop
+    assert 11 <= len(ticks) <= 14
+    gpu0 = [sample for sample in samples if sample.gpu == 0]
+    gaps_ms = [(b.t_ns - a.t_ns) / 1e6 for a, b in itertools.pairwise(gpu0)]
+    assert 90 < statistics.median(gaps_ms) < 110  # 80 ms of PCIe reads per second don't slow it
+
+
+def sampled_at(times_ms: list[float]) -> list[GpuSample]:
+    """Samples of both GPUs, one tick at each of `times_ms`."""
+    return [
+        GpuSample(round(t * 1e6), tick, gpu, 250.0, 500.0, 100, 40, 1980, 2619, 0x4, 0)
+        for tick, t in enumerate(times_ms)
+        for gpu in (0, 1)
+    ]
+
+
+def test_a_sampler_skipping_ticks_or_ticking_slowly_is_off_its_cadence():
+    """The negative control of the cadence check, on a 1.25 s run. Dropping every fourth
+    tick leaves 10 (1.5x the 2-tick margin under 13): its median gap is still 100 ms, so
+    only the count sees it. Ticking every 115 ms (1.5x the 10 ms margin) leaves 11 ticks:
+    only the gaps see it. Loosening either margin by 2x would let its breach through."""
+    every_100 = [100.0 * k for k in range(13)]
+    with pytest.raises(AssertionError, match="len"):
+        at_10_hz_for_1_25_s(sampled_at([t for k, t in enumerate(every_100) if k % 4 != 3]))
+    with pytest.raises(AssertionError, match="median"):
+        at_10_hz_for_1_25_s(sampled_at([115.0 * k for k in range(11)]))
+    at_10_hz_for_1_25_s(sampled_at(every_100))
+    at_10_hz_for_1_25_s(sampled_at([105.0 * k for k in range(12)]))  # within the margins
 
 
 @pytest.mark.timing

@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from servelab.telemetry.process_cpu import EngineCpuMeter, host_busy_s, session_cpu_s
+from servelab.telemetry.process_cpu import (
+    EngineCpu,
+    EngineCpuMeter,
+    host_busy_s,
+    session_cpu_s,
+)
 
 
 def _stat(pid: int, comm: str, session: int, utime: int, stime: int) -> str:
@@ -57,6 +62,11 @@ def test_a_busy_child_session_reads_about_one_core():
     finally:
         child.kill()
         child.wait()
+    about_one_core(cpu)
+
+
+def about_one_core(cpu: EngineCpu | None) -> None:
+    """What the meter reads of one spinning thread over 1.5 s."""
     assert cpu is not None and cpu.processes == 1
     # One spinning thread: at most a core (0.1 over it for /proc's 10 ms ticks in 1.5 s and
     # the meter's stamps); a loaded machine gives it less, two thirds of a core beside two
@@ -64,3 +74,34 @@ def test_a_busy_child_session_reads_about_one_core():
     assert 0.3 < cpu.cores <= 1.1
     assert cpu.host_busy_cores is not None and cpu.host_busy_cores >= cpu.cores * 0.9
     assert cpu.host_cores == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize(
+    ("cores", "host_busy_cores"),
+    [
+        pytest.param(1.15, 1.2, id="one-thread-read-as-1.15-cores"),
+        pytest.param(0.2, 0.5, id="one-thread-read-as-0.2-cores"),
+        pytest.param(1.0, 0.85, id="the-host-busy-less-than-the-engine"),
+    ],
+)
+def test_one_spinning_thread_read_past_a_margin_is_not_one_core(cores, host_busy_cores):
+    """The negative control of the one-core check: each reading breaks one bar and keeps the
+    others, and would pass were that bar loosened 2x: 1.15 cores (0.1 over a core allowed,
+    0.2 loosened), a fifth of a core (the bar 0.3, 0.15 loosened), the host busy 15% under
+    the engine (10% allowed, 20% loosened). Readings within the bars pass."""
+    host_cores = len(os.sched_getaffinity(0))
+
+    def reading(cores: float, host_busy_cores: float) -> EngineCpu:
+        return EngineCpu(
+            cores=cores,
+            host_busy_cores=host_busy_cores,
+            host_cores=host_cores,
+            wall_s=1.5,
+            processes=1,
+        )
+
+    with pytest.raises(AssertionError):
+        about_one_core(reading(cores, host_busy_cores))
+    about_one_core(reading(1.05, 1.2))
+    about_one_core(reading(0.4, 0.5))
+    about_one_core(reading(1.0, 0.95))
