@@ -30,6 +30,9 @@ __all__ = [
 
 CLIENT_BOUND_P99_LAG_SHARE = 0.10
 """A p99 lag above this share of the level's time scale marks it client_bound."""
+PREEMPTED_MOSTLY = 0.5
+"""A thread whose switches were mostly involuntary was taken off its core with work left:
+it ran until preempted, the mark of a CPU-bound thread (one that waits for I/O blocks)."""
 CLIENT_BOUND_CPU_PCT = 90.0
 """A worker busier than this, in % of one core, marks its level client_bound."""
 
@@ -69,13 +72,23 @@ class WorkerStats:
     wait_s: float = 0.0
     """Time its event loop's thread was runnable but waited for a core, over the same span
     (0 where the kernel does not keep it)."""
+    preempted_share: float | None = None
+    """Of that thread's context switches over the level, the share that were involuntary:
+    it lost the core with work left, rather than blocking for I/O. None where unknown."""
 
     @property
     def demand_pct(self) -> float:
-        """The share of a core it wanted: CPU time plus run-queue wait, over wall time. On a
-        shared machine a saturated worker's CPU share falls (another program holds the
-        core half the time) while what it wanted stays near 100%."""
-        return 100.0 * (self.cpu_s + self.wait_s) / self.wall_s if self.wall_s > 0 else 0.0
+        """The share of a core it wanted, in %. A worker that mostly lost its core with work
+        left (most switches involuntary) wanted its CPU time and its wait for the core: on
+        a shared machine a saturated worker gets half a core and still wants all of it. One
+        that mostly blocked for I/O wanted only its CPU time: its wait is the latency of
+        each wake-up behind another thread (the lag the loop-lag rule judges), not work."""
+        if self.wall_s <= 0:
+            return 0.0
+        wanted = self.cpu_s
+        if self.preempted_share is not None and self.preempted_share >= PREEMPTED_MOSTLY:
+            wanted += self.wait_s
+        return 100.0 * wanted / self.wall_s
 
 
 def compute_level(

@@ -215,6 +215,7 @@ class Worker:
             cpu_s=self.busy.cpu_s,
             wall_s=self.busy.wall_s,
             wait_s=self.busy.wait_s,
+            preempted_share=self.busy.preempted_share(),
         )
 
     async def _one(self, phase: Phase, index: int, item: RequestItem, t_scheduled_ns: int) -> None:
@@ -374,6 +375,7 @@ class _BusySpan:
     __slots__ = (
         "cpu_first_s",
         "cpu_last_s",
+        "switches_first",
         "t_first_ns",
         "t_last_ns",
         "wait_first_s",
@@ -387,11 +389,13 @@ class _BusySpan:
         self.wait_first_s = self.wait_last_s = 0.0
         self.t_last_ns = 0
         self.waits = waits
+        self.switches_first: tuple[int, int] | None = None
 
     def sent(self) -> None:
         if self.t_first_ns is None:
             self.t_first_ns, self.cpu_first_s = now_ns(), time.process_time()
             self.wait_first_s = self.waits.read_s()
+            self.switches_first = context_switches()
 
     def completed(self) -> None:
         self.t_last_ns, self.cpu_last_s = now_ns(), time.process_time()
@@ -404,6 +408,16 @@ class _BusySpan:
     @property
     def wait_s(self) -> float:
         return max(self.wait_last_s - self.wait_first_s, 0.0)
+
+    def preempted_share(self) -> float | None:
+        """Of the loop thread's context switches since the first send, the share that were
+        involuntary (it lost the core with work to do, rather than waiting for I/O)."""
+        first, now = self.switches_first, context_switches()
+        if first is None or now is None:
+            return None
+        voluntary, involuntary = now[0] - first[0], now[1] - first[1]
+        total = voluntary + involuntary
+        return involuntary / total if total > 0 else None
 
     @property
     def wall_s(self) -> float:
@@ -433,6 +447,24 @@ class RunQueueWait:
 
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"
+_STATUS = "/proc/thread-self/status"
+
+
+def context_switches() -> tuple[int, int] | None:
+    """The calling thread's voluntary and involuntary context switches so far (its
+    /proc/thread-self/status); None where the kernel does not say."""
+    found: dict[str, int] = {}
+    try:
+        with open(_STATUS) as status:
+            for line in status:
+                name, _, value = line.partition(":")
+                if name.endswith("ctxt_switches"):
+                    found[name] = int(value)
+    except (OSError, ValueError):
+        return None
+    if len(found) != 2:
+        return None
+    return found["voluntary_ctxt_switches"], found["nonvoluntary_ctxt_switches"]
 
 
 async def _sleep_until(t_ns: int, stop: asyncio.Event) -> None:
