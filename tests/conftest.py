@@ -31,11 +31,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _cpu_hog(request: pytest.FixtureRequest) -> Iterator[None]:
-    """With --cpu-hog, a busy loop at the tests' own priority, on any core, for the session."""
+    """With --cpu-hog, a busy loop at the tests' own priority, on any core, for the session.
+
+    It starts a session of its own, as another program on the machine would (another
+    terminal, a service): with the kernel's autogroup scheduling a session shares the CPU
+    as one group, so a loop in pytest's own session would take its share from the load
+    generator's workers alone, a starvation no user's machine imposes."""
     if not request.config.getoption("--cpu-hog"):
         yield
         return
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
     try:
         yield
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from servelab.telemetry.process_cpu import EngineCpu
@@ -95,3 +96,16 @@ def test_a_bound_vllm_counts_one_thread_a_core_of_its_binding(tmp_path: Path):
     unbound = _run(tmp_path, busy, host_busy=3.5, host_cores=8, engine="vllm",
                    env="VLLM_CPU_OMP_THREADS_BIND: auto")  # fmt: skip
     assert "cpu_bound" not in kinds(diagnose(unbound))
+
+
+def test_a_launch_that_left_the_client_no_core_says_so(tmp_path: Path):
+    """One usable core: the launcher gave it to the engine and recorded that none was left
+    to the load generator; the engine then got half of it, and the finding shows why."""
+    folder = _run(tmp_path, [0.5, 0.5, 0.5, 0.5, 0.5], host_busy=0.99, host_cores=1,
+                  engine="vllm", env="VLLM_CPU_OMP_THREADS_BIND: '0'")  # fmt: skip
+    path = folder / "summary.json"
+    run = json.loads(path.read_text())
+    run["engine"]["cpu_share"] = {"engine_cpus": [0], "client_cpus": [], "starved": "one core"}
+    path.write_text(json.dumps(run))
+    finding = next(f for f in diagnose(folder).findings if f.kind == "cpu_contention")
+    assert any("cpu_share: one core" in e.source for e in finding.evidence)

@@ -74,11 +74,27 @@ def rule(facts: RunFacts) -> list[Finding]:
     thread_evidence = Evidence(
         what="the engine's compute threads", value=threads, source=threads_source
     )
+    seen = [device, used, thread_evidence, *_starved(facts)]
     if cpu.cores >= SATURATED * threads:
-        return [_bound(facts, knee, cpu, threads, [device, used, thread_evidence])]
+        return [_bound(facts, knee, cpu, threads, seen)]
     if _host_busy(cpu):
-        return [_contention(knee, cpu, threads, [device, used, thread_evidence])]
+        return [_contention(knee, cpu, threads, seen)]
     return []
+
+
+def _starved(facts: RunFacts) -> list[Evidence]:
+    """The launcher's own word that no core was left to the load generator (a machine of
+    one usable core: engines.cpu_share), where it said so."""
+    share = (facts.summary.engine or {}).get("cpu_share")
+    if not isinstance(share, dict) or not share.get("starved"):
+        return []
+    return [
+        Evidence(
+            what="cores left to the load generator when the engine was launched",
+            value=0,
+            source=f"summary.json engine cpu_share: {share['starved']}",
+        )
+    ]
 
 
 def _bound(
