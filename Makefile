@@ -22,16 +22,18 @@ demo: venv-local
 	$(BIN)/servelab run
 
 # The three set-ups are independent (two venvs and Debian's packages, mostly downloads):
-# they run side by side, then the suite in two parts. Everything but vLLM runs on two
-# pytest workers (`--dist loadgroup` keeps the demo run and the Ray cluster on one worker
-# each): its timing tests hold beside one busy process (`-m timing --cpu-hog`), and two
-# workers is one neighbour each, on any machine. vLLM's tests then run alone: their engine
-# takes half the cores and the load generator the rest. Both parts always run.
+# they run side by side, then the suite in two parts. Everything but vLLM and the Ray
+# cluster runs on two pytest workers (`--dist loadgroup` makes the demo run and each
+# file's fixtures once): its timing tests hold beside one busy process (`-m timing
+# --cpu-hog`), and two workers is one neighbour each, on any machine. Then the Ray cluster
+# and vLLM run alone: Ray Client's per-client servers were slow to start and its workers
+# slow to go beside the other worker, and vLLM's engine takes half the cores and the load
+# generator the rest. Both parts always run.
 PYTEST := $(BIN)/python -m pytest
 test:
 	$(MAKE) --no-print-directory -j3 lint vllm test-services
-	$(PYTEST) -n 2 --dist loadgroup --ignore=tests/vllm; parallel=$$?; \
-	$(PYTEST) tests/vllm; alone=$$?; \
+	$(PYTEST) -n 2 --dist loadgroup --ignore=tests/vllm --ignore=tests/cluster; parallel=$$?; \
+	$(PYTEST) tests/cluster tests/vllm; alone=$$?; \
 	test $$parallel -eq 0 && test $$alone -eq 0
 
 # Debian services the tests use (chromium for the HTML report, postgresql-15 for shared
