@@ -455,8 +455,8 @@ def _client_bound_reasons(
 
     Each kind of lag has its own scale (a name and milliseconds): its p99 is judged
     against a share of it, its largest single lag against the whole of it. A worker is
-    at its limit when it wanted over 90% of a core (its CPU time and its wait for one),
-    whether or not another program on the machine let it have the core.
+    at its limit when it wanted over 90% of a core (WorkerStats.demand_pct, never below
+    its CPU share), whether or not another program on the machine let it have the core.
     """
     reasons = []
     share = f"{CLIENT_BOUND_P99_LAG_SHARE:.0%}"
@@ -468,9 +468,9 @@ def _client_bound_reasons(
             reasons.append(f"p99 {kind} lag {p99:.1f} ms > {share} of {name} {ms:.1f} ms")
         if most > ms:
             reasons.append(f"max {kind} lag {most:.1f} ms > {name} {ms:.1f} ms")
-    if max(cpu_pct, demand_pct) > CLIENT_BOUND_CPU_PCT:
+    if demand_pct > CLIENT_BOUND_CPU_PCT:
         reasons.append(
-            f"worker CPU {cpu_pct:.0f}% of a core, {demand_pct:.0f}% with its wait for one, "
+            f"worker CPU {cpu_pct:.0f}% of a core, {demand_pct:.0f}% wanted, "
             f"> {CLIENT_BOUND_CPU_PCT:.0f}% over its busy part"
         )
     return reasons

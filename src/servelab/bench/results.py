@@ -100,10 +100,11 @@ class ClientStats(BaseModel):
     )
     max_cpu_demand_pct: float | None = Field(
         default=None,
-        description="(CPU time + time waiting for a core) / wall time of the most demanding "
-        "worker over the same span, in % of a core: what it wanted, where max_cpu_pct is "
-        "what it got (they part when another program shares its core). None in runs from "
-        "before it was measured.",
+        description="The share of a core the most demanding worker wanted over the same "
+        "span, in %: its CPU time, plus its time waiting for a core where most of its "
+        "context switches were involuntary (it lost the core with work left); max_cpu_pct "
+        "is what it got (they part when another program shares its core). None in runs "
+        "from before it was measured.",
     )
     client_bound: bool = Field(
         description="True when the client's lag was material against what it measured: a "

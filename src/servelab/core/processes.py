@@ -28,6 +28,7 @@ __all__ = [
     "request_parent_death_signal",
     "session_members",
     "signal_group",
+    "usable_cpus",
 ]
 
 PARENT_POLL_S = 0.25
@@ -164,3 +165,11 @@ def _watch_parent(parent_pid: int, sig: signal.Signals) -> None:
     while not stopped.wait(PARENT_POLL_S):
         if os.getppid() != parent_pid:
             os._exit(128 + int(sig))
+
+
+def usable_cpus() -> tuple[int, ...]:
+    """The CPUs this process may run on (its affinity), in order; every CPU where the
+    platform keeps no affinity."""
+    if hasattr(os, "sched_getaffinity"):
+        return tuple(sorted(os.sched_getaffinity(0)))
+    return tuple(range(os.cpu_count() or 1))

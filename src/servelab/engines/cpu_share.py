@@ -17,14 +17,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.core.processes import session_members
+from servelab.core.processes import session_members, usable_cpus
 
 __all__ = [
     "SCHEDULER_NICE",
     "CpuShare",
     "engine_cpu_share",
     "lower_priority",
-    "usable_cpus",
 ]
 
 SCHEDULER_NICE = 10
@@ -49,13 +48,6 @@ class CpuShare:
 
     def as_record(self) -> dict[str, object]:
         return {"engine_cpus": list(self.engine), "client_cpus": list(self.client)}
-
-
-def usable_cpus() -> tuple[int, ...]:
-    """The CPUs this process may run on (its affinity), in order."""
-    if hasattr(os, "sched_getaffinity"):
-        return tuple(sorted(os.sched_getaffinity(0)))
-    return tuple(range(os.cpu_count() or 1))
 
 
 def engine_cpu_share(cpus: tuple[int, ...] | None = None) -> CpuShare:

@@ -9,14 +9,13 @@ exits in between takes its time with it, so a level's figure is a floor.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servelab.core.processes import CLOCK_TICKS, all_proc_stats
+from servelab.core.processes import CLOCK_TICKS, all_proc_stats, usable_cpus
 
 __all__ = ["EngineCpu", "EngineCpuMeter", "host_busy_s", "session_cpu_s"]
 
@@ -49,7 +48,7 @@ def session_cpu_s(session_id: int, proc: Path = _PROC) -> tuple[float, int] | No
 def host_busy_s(proc: Path = _PROC, cpus: frozenset[int] | None = None) -> float | None:
     """CPU seconds the cores in `cpus` (default: those this process may run on) spent busy
     since boot, from /proc/stat's per-core lines; None without /proc."""
-    usable = _usable_cpus() if cpus is None else cpus
+    usable = frozenset(usable_cpus()) if cpus is None else cpus
     try:
         lines = (proc / "stat").read_text().splitlines()
     except OSError:
@@ -65,17 +64,6 @@ def host_busy_s(proc: Path = _PROC, cpus: frozenset[int] | None = None) -> float
         busy += sum(ticks) - ticks[3] - ticks[4]  # all but idle and iowait
         seen += 1
     return busy / CLOCK_TICKS if seen else None
-
-
-def _usable_cpus() -> frozenset[int] | None:
-    if hasattr(os, "sched_getaffinity"):
-        return frozenset(os.sched_getaffinity(0))
-    return None
-
-
-def _usable_cores() -> int | None:
-    cpus = _usable_cpus()
-    return len(cpus) if cpus is not None else os.cpu_count()
 
 
 @dataclass
@@ -105,7 +93,7 @@ class EngineCpuMeter:
         return EngineCpu(
             cores=max(0.0, reading[0] - engine_s) / wall,
             host_busy_cores=host_busy,
-            host_cores=_usable_cores(),
+            host_cores=len(usable_cpus()),
             wall_s=wall,
             processes=reading[1],
         )

@@ -37,6 +37,7 @@ from servelab.diagnose.findings import (
     Tally,
 )
 from servelab.diagnose.signals import engine_on_cpu, fmt
+from servelab.probe.sysfs import parse_cpulist
 from servelab.telemetry.process_cpu import EngineCpu
 
 __all__ = ["HOST_BUSY", "SATURATED", "rule"]
@@ -233,15 +234,12 @@ def _threads(facts: RunFacts, cpu: EngineCpu) -> tuple[int | None, str]:
 
 
 def _bound_cpus(text: str) -> int | None:
-    """The CPUs a vLLM CPU binding lists ("0-3|4,5": each rank's list, ranges allowed),
-    or None where it names none (`auto`, `nobind`, unset)."""
-    count = 0
-    for part in text.replace("|", ",").split(","):
-        first, _, last = part.strip().partition("-")
-        if not first.isdigit() or not (last or first).isdigit():
-            return None
-        count += int(last or first) - int(first) + 1
-    return count or None
+    """The CPUs a vLLM CPU binding lists ("0-3|4,5": each rank's cpulist), or None where it
+    names none (`auto`, `nobind`, unset)."""
+    try:
+        return sum(len(parse_cpulist(rank)) for rank in text.split("|")) or None
+    except ValueError:
+        return None
 
 
 def _spec(facts: RunFacts) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.core.processes import usable_cpus
 from servelab.core.units import MIB
 from servelab.probe.comm.device import measure_matmul, measure_memory_copy
 from servelab.probe.comm.launch import measure_launch
@@ -180,9 +181,7 @@ def last_level_cache_bytes(root: Path = Path("/")) -> int | None:
 
 
 def _cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0)) or 1
-    return os.cpu_count() or 1
+    return len(usable_cpus()) or 1
 
 
 def _failed(why: str) -> CpuRates:
