@@ -10,11 +10,13 @@ The rules, modelled on SGLang's scheduler with its default first-come-first-serv
 - Waiting requests are admitted strictly in arrival order (the head blocks the rest)
   while the running set is under `max_running` and the head's KV reservation fits.
 - KV: a running request holds its prefilled prompt tokens plus its generated tokens. It
-  is admitted only when its prompt plus its whole output (`max_tokens`) fits beside the
-  reservations of those already running. The simulator's outputs always run to
-  max_tokens, so that reservation is exact and nothing is ever preempted. (SGLang
-  reserves only a decaying fraction of max_new_tokens and retracts requests when the
-  cache runs out; that optimism and its retractions are not modelled.)
+  is admitted only when its prompt plus the share of its output the policy books
+  (`servelab.sim.policy`) fits beside what those already running hold and have booked.
+  The simulator's own policy books the whole output (`max_tokens`): its outputs always
+  run to max_tokens, so that reservation is exact and nothing is ever preempted. A
+  policy that books less (vLLM books nothing, SGLang a decaying share) can run out as
+  outputs grow: the newest running request is then preempted, goes back to the head of
+  the queue, and later prefills its prompt and its generated tokens again.
 - With a prefix cache (`servelab.sim.prefix_cache`), a request admitted with a hit starts
   with those tokens prefilled, so only the rest is prefilled (and charged); the blocks it
   shares are counted once, beside the reservations, and a request is admitted when its
@@ -24,9 +26,11 @@ The rules, modelled on SGLang's scheduler with its default first-come-first-serv
   first those of the running requests, then each admitted one's, so a request admitted
   later in the same step hits what an earlier one is prefilling, as in vLLM.
 - A step decodes one token for every running request whose prefill is done and prefills
-  up to `chunked_prefill_size` prompt tokens: first the rest of the request whose prompt
-  did not fit in the previous step, then newly admitted ones. So a long prompt spans
-  several steps and at most one request is part-way through its prefill.
+  up to `chunked_prefill_size` prompt tokens (less one per decoding request where the
+  policy counts decodes in the budget, as vLLM and transformers do): first the rest of
+  the request whose prompt did not fit in the previous step, then newly admitted ones.
+  So a long prompt spans several steps and at most one request is part-way through its
+  prefill (SGLang's rule; vLLM may run several at once).
 - At the end of a step each decoding request has its next token, and a request whose
   prefill finished has its first token.
 - A prompt of 0 tokens is prefilled as 1 (an engine always runs at least one position).
@@ -40,6 +44,7 @@ from enum import Enum
 from typing import Generic, TypeVar
 
 from servelab.sim.blocks import RequestBlocks
+from servelab.sim.policy import EXACT_RESERVE, BatchPolicy
 from servelab.sim.prefix_cache import CachedBlock, PrefixCache, held_tokens
 from servelab.sim.stepcost import StepCost
 
@@ -62,7 +67,8 @@ class EngineRequest(Generic[T]):
     """One request as the engine tracks it; `owner` is whatever the caller attaches.
 
     `blocks` are its block keys for the prefix cache (None: it takes no part in it);
-    `cached_tokens` the prompt tokens its hit supplied at admission.
+    `cached_tokens` the prompt tokens its hit supplied at admission. A preempted request
+    prefills its generated tokens again: `recompute_tokens` of them.
     """
 
     prompt_tokens: int
@@ -73,6 +79,8 @@ class EngineRequest(Generic[T]):
     phase: Phase = Phase.WAITING
     blocks: RequestBlocks | None = None
     cached_tokens: int = 0
+    recompute_tokens: int = 0
+    preemptions: int = 0
 
     def __post_init__(self) -> None:
         self.prompt_tokens = max(self.prompt_tokens, 1)
@@ -80,7 +88,13 @@ class EngineRequest(Generic[T]):
     @property
     def kv_tokens(self) -> int:
         """KV cache it holds now: prompt tokens prefilled plus tokens generated."""
-        return self.prefilled + self.generated
+        return self.prefilled + self.generated - self.recompute_tokens
+
+    @property
+    def prefill_target(self) -> int:
+        """Tokens to prefill before it decodes: its prompt, and after a preemption the
+        tokens it had generated."""
+        return self.prompt_tokens + self.recompute_tokens
 
     @property
     def reserved_tokens(self) -> int:
@@ -90,14 +104,15 @@ class EngineRequest(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class Step(Generic[T]):
-    """One planned step: who decodes, who prefills how much, how long it takes, and who
-    it admitted (their prefill entries come last)."""
+    """One planned step: who decodes, who prefills how much, how long it takes, who it
+    admitted (their prefill entries come last) and who it preempted to make room."""
 
     decode: list[EngineRequest[T]]
     prefill: list[tuple[EngineRequest[T], int]]
     decode_context_tokens: int
     duration_s: float
     admitted: list[EngineRequest[T]]
+    preempted: tuple[EngineRequest[T], ...] = ()
 
     @property
     def prefill_tokens(self) -> int:
@@ -117,6 +132,7 @@ class Batcher(Generic[T]):
         kv_capacity_tokens: int | None = None,
         step_overhead_s: float = 0.0,
         prefix_cache: PrefixCache | None = None,
+        policy: BatchPolicy = EXACT_RESERVE,
     ) -> None:
         if chunked_prefill_size < 1:
             raise ValueError("chunked_prefill_size must be at least 1")
@@ -126,6 +142,10 @@ class Batcher(Generic[T]):
         self.kv_capacity_tokens = kv_capacity_tokens
         self.step_overhead_s = step_overhead_s
         self.prefix_cache = prefix_cache
+        self.policy = policy
+        self.preemptions = 0
+        self._steps_since_preemption = 0
+        self._share_start = policy.running_reserve
         self.waiting: deque[EngineRequest[T]] = deque()
         self.running: dict[EngineRequest[T], None] = {}
         """In admission order (a dict for O(1) removal)."""
@@ -163,19 +183,22 @@ class Batcher(Generic[T]):
 
     def plan(self) -> Step[T] | None:
         """Admit what fits and compose the next step; None when there is nothing to run."""
+        preempted = self._make_room()
         decode: list[EngineRequest[T]] = []
         context = 0
         for request in self.running:
-            if request.prefilled == request.prompt_tokens:
+            if request.prefilled == request.prefill_target:
                 decode.append(request)
                 context += request.prompt_tokens + request.generated
                 if request.blocks is not None:  # this step computes its newest token
                     self._settle(request, request.prompt_tokens + request.generated)
         prefill: list[tuple[EngineRequest[T], int]] = []
         budget = self.chunked_prefill_size
+        if self.policy.decodes_in_budget:
+            budget = max(budget - len(decode), 0)
         partial = self._partial
-        if partial is not None:
-            chunk = min(partial.prompt_tokens - partial.prefilled, budget)
+        if partial is not None and budget > 0:
+            chunk = min(partial.prefill_target - partial.prefilled, budget)
             prefill.append((partial, chunk))
             budget -= chunk
             self._settle(partial, partial.prefilled + chunk)
@@ -183,15 +206,18 @@ class Batcher(Generic[T]):
         while budget > 0 and self.waiting and self._admit(self.waiting[0]):
             request = self.waiting.popleft()
             admitted.append(request)
-            chunk = min(request.prompt_tokens - request.prefilled, budget)
+            chunk = min(request.prefill_target - request.prefilled, budget)
             prefill.append((request, chunk))
             budget -= chunk
             self._settle(request, request.prefilled + chunk)
         if not decode and not prefill:
             return None
-        prefill_tokens = self.chunked_prefill_size - budget
+        self._steps_since_preemption += 1
+        prefill_tokens = sum(chunk for _, chunk in prefill)
         duration_s = self.step_cost.step_s(len(decode), context, prefill_tokens)
-        return Step(decode, prefill, context, duration_s + self.step_overhead_s, admitted)
+        return Step(
+            decode, prefill, context, duration_s + self.step_overhead_s, admitted, preempted
+        )
 
     def complete(self, step: Step[T]) -> list[EngineRequest[T]]:
         """Apply a step; the requests that received a token, decoders first.
@@ -212,23 +238,78 @@ class Batcher(Generic[T]):
             if request.phase is not running:
                 continue
             request.prefilled += chunk
-            if request.prefilled < request.prompt_tokens:
+            if request.prefilled < request.prefill_target:
                 self._partial = request
                 continue
             if self._partial is request:
                 self._partial = None
-            request.generated = 1
+            request.generated += 1
             tokens.append(request)
-            if request.max_tokens == 1:
+            if request.generated >= request.max_tokens:
                 self._retire(request)
         return tokens
+
+    def _make_room(self) -> tuple[EngineRequest[T], ...]:
+        """Preempt running requests, the policy's victim first, until every decoder's next
+        token fits (only a policy that does not book whole outputs can run out)."""
+        capacity = self.kv_capacity_tokens
+        if capacity is None or not self.policy.preempts:
+            return ()
+        preempted: list[EngineRequest[T]] = []
+        while len(self.running) > 1:
+            growing = sum(1 for r in self.running if r.prefilled == r.prefill_target)
+            if self.kv_used_tokens + growing <= capacity:
+                break
+            victim = self._victim()
+            self._preempt(victim)
+            preempted.append(victim)
+        if preempted:
+            self._restart_share()
+        return tuple(preempted)
+
+    def _victim(self) -> EngineRequest[T]:
+        if self.policy.victim == "fewest_output":
+            return min(self.running, key=lambda r: (r.generated, -r.prompt_tokens))
+        return next(reversed(self.running))
+
+    def _restart_share(self) -> None:
+        """After a preemption: SGLang's estimate of the outputs left, else the start."""
+        steps = self.policy.retract_steps
+        running = self.running
+        if steps is None or not running:
+            self._share_start = self.policy.running_reserve
+            return
+        decoded = sum(r.generated for r in running) + steps * len(running)
+        self._share_start = min(1.0, decoded / (sum(r.max_tokens for r in running) + 1))
+
+    def _reserve_ratio(self) -> float:
+        return self.policy.running_share(self._share_start, self._steps_since_preemption)
+
+    def _own_commitments(self) -> int:
+        """What running requests hold and will need, less the cached blocks they pin:
+        the rest of each prefill, and the policy's share of each remaining output."""
+        ratio = self._reserve_ratio()
+        size = self.prefix_cache.block_size if self.prefix_cache is not None else 0
+        total = 0.0
+        for r in self.running:
+            pinned = size * len(r.blocks.pinned) if r.blocks is not None else 0
+            total += max(r.kv_tokens - pinned, 0) + (r.prefill_target - r.prefilled)
+            total += ratio * (r.max_tokens - r.generated)
+        return round(total)
 
     def _admit(self, request: EngineRequest[T]) -> bool:
         """Start a waiting request with its prefix-cache hit, if it fits now."""
         if self.max_running is not None and len(self.running) >= self.max_running:
             return False
         cache, blocks = self.prefix_cache, request.blocks
-        own = request.reserved_tokens
+        books_all = not self.policy.preempts
+        if books_all:
+            own = request.reserved_tokens
+            committed = self.kv_reserved_tokens
+        else:
+            remaining = request.max_tokens - request.generated
+            own = request.prefill_target + round(self.policy.admit_reserve * remaining)
+            committed = self._own_commitments()
         shared = 0
         hit: list[CachedBlock] = []
         if cache is not None:
@@ -237,16 +318,20 @@ class Batcher(Generic[T]):
                 own -= cache.block_size * len(hit)
             shared = cache.block_size * (cache.pinned_blocks + cache.free_among(hit))
         capacity = self.kv_capacity_tokens
-        if capacity is not None and self.kv_reserved_tokens + shared + own > capacity:
-            return False
+        if capacity is not None:
+            room = capacity * (1.0 - self.policy.admit_headroom) if self.running else capacity
+            if committed + shared + own > room:
+                return False
         if cache is not None and blocks is not None:
             cache.pin(blocks, hit)
             request.cached_tokens = request.prefilled = cache.block_size * len(hit)
         request.phase = Phase.RUNNING
         self.running[request] = None
-        self.kv_reserved_tokens += own
+        self.kv_reserved_tokens += request.reserved_tokens - (
+            cache.block_size * len(hit) if cache is not None else 0
+        )
         if cache is not None and capacity is not None:  # free cached blocks make way
-            cache.shrink_to((capacity - self.kv_reserved_tokens) // cache.block_size)
+            cache.shrink_to((capacity - committed - own) // cache.block_size)
         return True
 
     def _settle(self, request: EngineRequest[T], tokens: int) -> None:
@@ -255,13 +340,32 @@ class Batcher(Generic[T]):
             added = self.prefix_cache.settle(request.blocks, tokens)
             self.kv_reserved_tokens -= self.prefix_cache.block_size * added
 
-    def _retire(self, request: EngineRequest[T]) -> None:
+    def _release(self, request: EngineRequest[T]) -> None:
+        """Take a running request out of the running set and free its KV."""
         del self.running[request]
         own = request.reserved_tokens
         if self.prefix_cache is not None and request.blocks is not None:
             own -= self.prefix_cache.block_size * len(request.blocks.pinned)
             self.prefix_cache.release(request.blocks)
         self.kv_reserved_tokens -= own
-        request.phase = Phase.DONE
         if self._partial is request:
             self._partial = None
+
+    def _retire(self, request: EngineRequest[T]) -> None:
+        self._release(request)
+        request.phase = Phase.DONE
+
+    def _preempt(self, request: EngineRequest[T]) -> None:
+        """Free a running request's KV and queue it first, to prefill its prompt and the
+        tokens it generated again."""
+        self._release(request)
+        request.recompute_tokens = request.generated
+        request.prefilled = request.cached_tokens = 0
+        request.preemptions += 1
+        request.phase = Phase.WAITING
+        if self.policy.requeue_front:
+            self.waiting.appendleft(request)
+        else:
+            self.waiting.append(request)
+        self.preemptions += 1
+        self._steps_since_preemption = 0

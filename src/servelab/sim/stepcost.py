@@ -50,12 +50,15 @@ class LinearStepCost:
     per_seq_ms: per decoding request (its own compute and sampling).
     per_context_token_ms: per token of context the decoding requests hold (KV reads).
     per_prefill_token_ms: per prompt token prefilled in the step (prefill is compute-bound).
+    prefill_step_ms: paid by a step that prefills anything (a real engine launches other
+    kernels for it; the twin fits it, the `--step-*` flags leave it at 0).
     """
 
     base_ms: float
     per_seq_ms: float = 0.0
     per_prefill_token_ms: float = 0.0
     per_context_token_ms: float = 0.0
+    prefill_step_ms: float = 0.0
     kv_capacity_tokens: int | None = None
 
     def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
@@ -64,6 +67,7 @@ class LinearStepCost:
             + self.per_seq_ms * decode_batch
             + self.per_context_token_ms * decode_context_tokens
             + self.per_prefill_token_ms * prefill_tokens
+            + (self.prefill_step_ms if prefill_tokens > 0 else 0.0)
         )
         return ms / MS_PER_S
 

@@ -94,6 +94,8 @@ class StepLoop:
         if step is None:
             return
         for job in step.admitted:
+            if job.preemptions:  # back after a preemption: it started long ago
+                continue
             stream = job.owner
             stream.timed = dataclasses.replace(stream.timed, t_start_ns=start_ns)
             stream.started(job.cached_tokens)

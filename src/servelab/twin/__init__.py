@@ -1,0 +1,8 @@
+"""The twin: an engine fitted from a run's own records and replayed in virtual time
+through the simulator's batcher (`servelab.sim.batching`)."""
+
+from servelab.twin.build import TwinInputs, build_twin
+from servelab.twin.replay import EngineLimits
+from servelab.twin.result import TwinResult
+
+__all__ = ["EngineLimits", "TwinInputs", "TwinResult", "build_twin"]

@@ -1,0 +1,519 @@
+"""The twin of a run: its step cost fitted from its own streams, its levels replayed.
+
+Fitting and replaying alternate. What a step prefilled is not in the client's records,
+so the first fit places each prompt by the step budget alone; each replay then says
+where the engine, run as configured, prefilled every prompt, and the next fit places
+them there. It stops when no term moves by more than its own standard error (from the
+first fit's bootstrap), and says so when that has not happened within `MAX_ROUNDS`.
+
+The time from a request's send to its arrival in the scheduler (HTTP, tokenizer, the
+hop into the engine's process) is not a step: it is fitted as the median TTFT the
+least-loaded level's replay leaves unexplained, and added to every request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from servelab.bench.results import BenchSummary, LevelSummary
+from servelab.core.units import MS_PER_S
+from servelab.twin.fit import INTERVAL, FittedCost, fit_cost
+from servelab.twin.levels import fit_from_levels, level_requests
+from servelab.twin.metrics import METRICS, level_metrics
+from servelab.twin.records import LevelLoad, RequestTimeline, timelines
+from servelab.twin.replay import EngineLimits, LevelReplay, ReplayRequest, replay_level
+from servelab.twin.result import (
+    TWIN_SCHEMA,
+    MetricPair,
+    TwinFit,
+    TwinLevel,
+    TwinLimit,
+    TwinPolicy,
+    TwinResult,
+    TwinTerm,
+)
+from servelab.twin.steps import PrefillPlacement, budget_placement, step_samples
+
+__all__ = ["MAX_ROUNDS", "TwinInputs", "build_twin", "level_load"]
+
+MAX_ROUNDS = 6
+_UNITS = {
+    "base": "ms per step",
+    "per_seq": "ms per decoding request",
+    "per_context_token": "ms per context token",
+    "per_prefill_token": "ms per prompt token",
+    "prefill_step": "ms per step that prefills",
+}
+
+
+@dataclass(frozen=True)
+class TwinInputs:
+    """A run as the twin needs it: the summary, the request rows, the limits and policy."""
+
+    summary: BenchSummary
+    rows: Iterable[Mapping[str, Any]]
+    engine: str | None
+    limits: EngineLimits
+    limit_sources: Mapping[str, str]
+
+
+def level_load(level: LevelSummary) -> LevelLoad:
+    """How a level sent its requests."""
+    if level.load_mode == "concurrency":
+        return LevelLoad(level.level, "concurrency", float(level.max_concurrency or 1))
+    return LevelLoad(level.level, "request_rate", float(level.request_rate or 0.0))
+
+
+def build_twin(
+    inputs: TwinInputs, *, resamples: int = 64, draws: int = 16, seed: int = 0
+) -> TwinResult:
+    """Fit the run's engine and replay every level of it."""
+    levels = [lv for lv in inputs.summary.levels if (lv.completed or 0) > 0]
+    requests = [r for r in timelines(inputs.rows) if r.level in {lv.level for lv in levels}]
+    if not requests:
+        return _from_levels(inputs, levels, draws=draws, seed=seed)
+    return _from_requests(inputs, levels, requests, resamples=resamples, draws=draws, seed=seed)
+
+
+def _from_requests(
+    inputs: TwinInputs,
+    levels: list[LevelSummary],
+    requests: list[RequestTimeline],
+    *,
+    resamples: int,
+    draws: int,
+    seed: int,
+) -> TwinResult:
+    limits = inputs.limits
+    work = _prompt_work(requests, levels)
+    position = {(r.level, r.index, r.warmup): i for i, r in enumerate(requests)}
+    gaps = np.concatenate([np.diff(r.chunk_s) for r in requests])
+    step_guess = float(np.median(gaps[gaps > 0])) if np.any(gaps > 0) else 0.0
+    placement = budget_placement(requests, work, budget=limits.batch_tokens, step_s=step_guess)
+    first = fit_cost(step_samples(requests, placement), resamples=resamples, seed=seed)
+    fitted, rounds, converged = first, 1, False
+    per_level = _replay_inputs(requests, work, levels)
+    while rounds < MAX_ROUNDS:
+        overhead = _overhead_s(per_level, levels, requests, position, fitted, limits)
+        replays = _replay_all(per_level, levels, fitted, limits, overhead)
+        placement = _placement_from(replays, requests, position, placement)
+        refit = fit_cost(step_samples(requests, placement), resamples=0, seed=seed)
+        rounds += 1
+        moved = [
+            abs(a.value - b.value) > max(s.stderr, 1e-9)
+            for a, b, s in zip(refit.terms, fitted.terms, first.terms, strict=True)
+        ]
+        fitted = refit
+        if not any(moved):
+            converged = True
+            break
+    final = fit_cost(step_samples(requests, placement), resamples=resamples, seed=seed)
+    overhead = _overhead_s(per_level, levels, requests, position, final, limits)
+    replays = _replay_all(per_level, levels, final, limits, overhead)
+    spread = [
+        _replay_all(per_level, levels, final, limits, overhead, draw=d)
+        for d in range(min(draws, final.draws.shape[0]))
+    ]
+    twin_levels = [
+        _compare(
+            lv, per_level[lv.level], replays[lv.level], [s[lv.level] for s in spread], requests
+        )
+        for lv in levels
+        if lv.level in per_level
+    ]
+    notes = []
+    if not converged:
+        notes.append(
+            f"the prefill placement did not settle in {MAX_ROUNDS} rounds of fitting and "
+            "replaying: the terms still moved by more than their standard error"
+        )
+    return _result(
+        inputs,
+        final,
+        overhead,
+        _overhead_spread(per_level, levels, requests, position, final, limits, draws),
+        TwinFit(
+            source="requests",
+            samples=final.samples,
+            requests=final.requests,
+            residual_ms=final.residual_ms,
+            rounds=rounds,
+            converged=converged,
+            resamples=resamples,
+            notes=notes,
+        ),
+        twin_levels,
+    )
+
+
+def _prompt_work(requests: Sequence[RequestTimeline], levels: Sequence[LevelSummary]) -> list[int]:
+    """Prompt tokens each request had computed: its prompt less its share of the level's
+    prefix-cache hits (the engine's count), shared out by the tokens it repeated."""
+    hit_share: dict[int, float] = {}
+    for level in levels:
+        cache = level.prefix_cache
+        shared = cache.shared_tokens if cache is not None else 0
+        hits = cache.hits if cache is not None and cache.hits is not None else 0.0
+        hit_share[level.level] = min(hits / shared, 1.0) if shared else 0.0
+    return [
+        max(r.prompt_tokens - round(r.shared_tokens * hit_share.get(r.level, 0.0)), 1)
+        for r in requests
+    ]
+
+
+def _replay_inputs(
+    requests: Sequence[RequestTimeline], work: Sequence[int], levels: Sequence[LevelSummary]
+) -> dict[int, list[ReplayRequest]]:
+    """Each level's measured requests as replay requests, times from its first send."""
+    out: dict[int, list[ReplayRequest]] = {}
+    for level in levels:
+        mine = [
+            (r, w)
+            for r, w in zip(requests, work, strict=True)
+            if r.level == level.level and not r.warmup
+        ]
+        if not mine:
+            continue
+        start = min(r.send_s for r, _ in mine)
+        previous: dict[int, RequestTimeline] = {}
+        rows = []
+        for r, w in sorted(mine, key=lambda pair: pair[0].send_s):
+            think = 0.0
+            if r.session is not None:
+                before = previous.get(r.session)
+                think = max(r.send_s - before.last_s, 0.0) if before is not None else 0.0
+                previous[r.session] = r
+            rows.append(
+                ReplayRequest(
+                    index=r.index,
+                    prompt_tokens=w,
+                    output_tokens=max(r.output_tokens, 1),
+                    send_s=r.send_s - start,
+                    session=r.session,
+                    turn=r.turn,
+                    think_s=think,
+                )
+            )
+        out[level.level] = rows
+    return out
+
+
+def _replay_all(
+    per_level: Mapping[int, list[ReplayRequest]],
+    levels: Sequence[LevelSummary],
+    fitted: FittedCost,
+    limits: EngineLimits,
+    overhead_s: float,
+    *,
+    draw: int | None = None,
+) -> dict[int, LevelReplay]:
+    cost = fitted.step_cost(draw, kv_capacity_tokens=limits.kv_capacity_tokens)
+    out = {}
+    for level in levels:
+        rows = per_level.get(level.level)
+        if rows is None:
+            continue
+        copies = [replace(r, prefill_chunks=[]) for r in rows]
+        out[level.level] = replay_level(
+            level_load(level), copies, step_cost=cost, limits=limits, overhead_s=overhead_s
+        )
+    return out
+
+
+def _lowest_load(levels: Sequence[LevelSummary], per_level: Mapping[int, Any]) -> LevelSummary:
+    present = [lv for lv in levels if lv.level in per_level]
+    return min(present, key=lambda lv: (lv.concurrency or float("inf"), lv.level))
+
+
+def _ttft_gaps(
+    per_level: Mapping[int, list[ReplayRequest]],
+    levels: Sequence[LevelSummary],
+    requests: Sequence[RequestTimeline],
+    position: Mapping[tuple[int, int, bool], int],
+    fitted: FittedCost,
+    limits: EngineLimits,
+    draw: int | None = None,
+) -> np.ndarray:
+    """Measured TTFT less replayed TTFT (no overhead) at the least-loaded level."""
+    lowest = _lowest_load(levels, per_level)
+    replay = _replay_all(
+        {lowest.level: per_level[lowest.level]}, [lowest], fitted, limits, 0.0, draw=draw
+    )[lowest.level]
+    gaps = []
+    for r in replay.requests:
+        if r.first_s is None or r.sent_s is None:
+            continue
+        measured = requests[position[(lowest.level, r.index, False)]].ttft_s
+        gaps.append(measured - (r.first_s - r.sent_s))
+    return np.asarray(gaps)
+
+
+def _overhead_s(
+    per_level: Mapping[int, list[ReplayRequest]],
+    levels: Sequence[LevelSummary],
+    requests: Sequence[RequestTimeline],
+    position: Mapping[tuple[int, int, bool], int],
+    fitted: FittedCost,
+    limits: EngineLimits,
+) -> float:
+    gaps = _ttft_gaps(per_level, levels, requests, position, fitted, limits)
+    return max(float(np.median(gaps)), 0.0) if gaps.size else 0.0
+
+
+def _overhead_spread(
+    per_level: Mapping[int, list[ReplayRequest]],
+    levels: Sequence[LevelSummary],
+    requests: Sequence[RequestTimeline],
+    position: Mapping[tuple[int, int, bool], int],
+    fitted: FittedCost,
+    limits: EngineLimits,
+    draws: int,
+) -> list[float]:
+    out = []
+    for d in range(min(draws, fitted.draws.shape[0])):
+        gaps = _ttft_gaps(per_level, levels, requests, position, fitted, limits, draw=d)
+        if gaps.size:
+            out.append(max(float(np.median(gaps)), 0.0))
+    return out
+
+
+def _placement_from(
+    replays: Mapping[int, LevelReplay],
+    requests: Sequence[RequestTimeline],
+    position: Mapping[tuple[int, int, bool], int],
+    previous: PrefillPlacement,
+) -> PrefillPlacement:
+    """Each replayed request's prefill chunks, as time before its first token; requests
+    the replay did not run (warm-ups) keep their previous placement."""
+    chunks = list(previous.chunks)
+    for level, replay in replays.items():
+        for r in replay.requests:
+            if r.first_s is None or not r.prefill_chunks:
+                continue
+            at = position[(level, r.index, False)]
+            chunks[at] = tuple(
+                (max(r.first_s - end, 0.0), n) for end, n in r.prefill_chunks if end <= r.first_s
+            )
+    return PrefillPlacement(tuple(chunks))
+
+
+def _compare(
+    level: LevelSummary,
+    rows: Sequence[ReplayRequest],
+    replay: LevelReplay,
+    spread: Sequence[LevelReplay],
+    requests: Sequence[RequestTimeline],
+) -> TwinLevel:
+    measured_rows = [r for r in requests if r.level == level.level and not r.warmup]
+    measured = level_metrics(
+        [r.send_s for r in measured_rows],
+        [r.first_s for r in measured_rows],
+        [r.last_s for r in measured_rows],
+        [r.output_tokens for r in measured_rows],
+        [r.prompt_tokens for r in measured_rows],
+    ).values
+    prompts = {r.index: r.prompt_tokens for r in measured_rows}
+    replayed = _replayed_metrics(replay, prompts)
+    others = [_replayed_metrics(s, prompts) for s in spread]
+    by_index = {r.index: r for r in measured_rows}
+    e2e_pairs = [
+        (r.last_s - r.sent_s, by_index[r.index].last_s - by_index[r.index].send_s)
+        for r in replay.requests
+        if r.last_s is not None and r.sent_s is not None and r.index in by_index
+    ]
+    lows = sum(min(a, b) for a, b in e2e_pairs)
+    highs = sum(max(a, b) for a, b in e2e_pairs)
+    window = max(r.last_s for r in measured_rows) - min(r.send_s for r in measured_rows)
+    decoding = sum(r.last_s - r.first_s for r in measured_rows)
+    replayed_window = _replayed_window(replay)
+    telemetry = level.telemetry.engine if level.telemetry is not None else None
+    return TwinLevel(
+        level=level.level,
+        load=_load_label(level),
+        requests=len(measured_rows),
+        metrics={
+            name: _pair(measured[name], replayed[name], [o[name] for o in others])
+            for name in METRICS
+        },
+        explained_share=lows / highs if highs > 0 else None,
+        decode_batch_measured=decoding / window if window > 0 else None,
+        decode_batch_replayed=_replayed_batch(replay, replayed_window),
+        engine_running_mean=telemetry.running_mean if telemetry is not None else None,
+        preemptions=replay.preemptions,
+    )
+
+
+def _replayed_metrics(replay: LevelReplay, prompts: Mapping[int, int]) -> dict[str, float | None]:
+    done = [r for r in replay.requests if r.first_s is not None and r.sent_s is not None]
+    return level_metrics(
+        [r.sent_s or 0.0 for r in done],
+        [r.first_s or 0.0 for r in done],
+        [r.last_s or 0.0 for r in done],
+        [r.output_tokens for r in done],
+        [prompts.get(r.index, r.prompt_tokens) for r in done],
+    ).values
+
+
+def _replayed_window(replay: LevelReplay) -> float:
+    done = [r for r in replay.requests if r.last_s is not None and r.sent_s is not None]
+    if not done:
+        return 0.0
+    return max(r.last_s or 0.0 for r in done) - min(r.sent_s or 0.0 for r in done)
+
+
+def _replayed_batch(replay: LevelReplay, window: float) -> float | None:
+    return replay.decode_seconds / window if window > 0 else None
+
+
+def _pair(
+    measured: float | None, replayed: float | None, others: Sequence[float | None]
+) -> MetricPair:
+    values = [v for v in others if v is not None]
+    low, high = (
+        (float(np.percentile(values, INTERVAL[0])), float(np.percentile(values, INTERVAL[1])))
+        if values
+        else (None, None)
+    )
+    error = replayed / measured - 1.0 if measured and replayed is not None else None
+    return MetricPair(measured=measured, replayed=replayed, low=low, high=high, error=error)
+
+
+def _load_label(level: LevelSummary) -> str:
+    if level.load_mode == "concurrency":
+        return f"concurrency {level.max_concurrency}"
+    return f"rate {level.request_rate:g}/s" if level.request_rate else "open loop"
+
+
+def _result(
+    inputs: TwinInputs,
+    fitted: FittedCost,
+    overhead_s: float,
+    overhead_draws: Sequence[float],
+    fit: TwinFit,
+    levels: list[TwinLevel],
+) -> TwinResult:
+    policy = inputs.limits.policy
+    limits = inputs.limits
+    draws_ms = [d * MS_PER_S for d in overhead_draws]
+    return TwinResult(
+        schema=TWIN_SCHEMA,
+        engine=inputs.engine,
+        policy=TwinPolicy(
+            name=policy.name,
+            running_reserve=policy.running_reserve,
+            admit_reserve=policy.admit_reserve,
+            reserve_floor=policy.reserve_floor,
+            admit_headroom=policy.admit_headroom,
+            decodes_in_budget=policy.decodes_in_budget,
+            victim=policy.victim,
+            requeue_front=policy.requeue_front,
+        ),
+        limits=[
+            TwinLimit(name=name, value=value, source=inputs.limit_sources.get(name, "not known"))
+            for name, value in (
+                ("running_cap", limits.running_cap),
+                ("kv_capacity_tokens", limits.kv_capacity_tokens),
+                ("batch_tokens", limits.batch_tokens),
+            )
+        ],
+        terms=[
+            TwinTerm(
+                name=t.name,
+                unit=_UNITS[t.name],
+                value=t.value,
+                stderr=t.stderr if fit.resamples else None,
+                low=t.low if fit.resamples else None,
+                high=t.high if fit.resamples else None,
+            )
+            for t in fitted.terms
+        ],
+        request_overhead_ms=TwinTerm(
+            name="request_overhead",
+            unit="ms per request, send to scheduler",
+            value=overhead_s * MS_PER_S,
+            stderr=float(np.std(draws_ms, ddof=1)) if len(draws_ms) > 1 else None,
+            low=float(np.percentile(draws_ms, INTERVAL[0])) if draws_ms else None,
+            high=float(np.percentile(draws_ms, INTERVAL[1])) if draws_ms else None,
+        ),
+        fit=fit,
+        levels=levels,
+    )
+
+
+def _from_levels(
+    inputs: TwinInputs, levels: list[LevelSummary], *, draws: int, seed: int
+) -> TwinResult:
+    """No requests.jsonl: fit each level's median TPOT to what its steps held on average,
+    and replay requests of the level's mean sizes."""
+    fitted = fit_from_levels(levels)
+    per_level = {lv.level: level_requests(lv, seed=seed) for lv in levels}
+    per_level = {k: v for k, v in per_level.items() if v}
+    limits = inputs.limits
+    lowest = _lowest_load(levels, per_level)
+    bare = _replay_all({lowest.level: per_level[lowest.level]}, [lowest], fitted, limits, 0.0)
+    replayed_ttft = _replayed_metrics(bare[lowest.level], {})["median_ttft_ms"]
+    overhead_s = max(((lowest.median_ttft_ms or 0.0) - (replayed_ttft or 0.0)) / MS_PER_S, 0.0)
+    replays = _replay_all(per_level, levels, fitted, limits, overhead_s)
+    spread = [
+        _replay_all(per_level, levels, fitted, limits, overhead_s, draw=d)
+        for d in range(min(draws, fitted.draws.shape[0]))
+    ]
+    twin_levels = []
+    for level in levels:
+        if level.level not in replays:
+            continue
+        replay = replays[level.level]
+        replayed = _replayed_metrics(replay, {})
+        others = [_replayed_metrics(s[level.level], {}) for s in spread]
+        measured = {name: getattr(level, name) for name in METRICS}
+        e2e_measured = level.median_e2e_latency_ms
+        e2e = _replayed_e2e_ms(replay)
+        telemetry = level.telemetry.engine if level.telemetry is not None else None
+        window = _replayed_window(replay)
+        twin_levels.append(
+            TwinLevel(
+                level=level.level,
+                load=_load_label(level),
+                requests=level.completed or 0,
+                metrics={
+                    n: _pair(measured[n], replayed[n], [o[n] for o in others]) for n in METRICS
+                },
+                explained_share=(
+                    min(e2e, e2e_measured) / max(e2e, e2e_measured)
+                    if e2e and e2e_measured
+                    else None
+                ),
+                decode_batch_measured=None,
+                decode_batch_replayed=_replayed_batch(replay, window),
+                engine_running_mean=telemetry.running_mean if telemetry is not None else None,
+                preemptions=replay.preemptions,
+            )
+        )
+    fit = TwinFit(
+        source="level summaries",
+        samples=len(levels),
+        requests=sum(lv.completed or 0 for lv in levels),
+        residual_ms=fitted.residual_ms,
+        rounds=1,
+        converged=True,
+        resamples=int(fitted.draws.shape[0]),
+        notes=[
+            "fitted from the levels' summaries: no requests.jsonl, so each level gives one "
+            "point (its median TPOT against its mean batch), its requests are replayed at "
+            "the level's mean sizes, and the terms' intervals are leave-one-level-out"
+        ],
+    )
+    return _result(inputs, fitted, overhead_s, [], fit, twin_levels)
+
+
+def _replayed_e2e_ms(replay: LevelReplay) -> float | None:
+    done = [
+        r.last_s - r.sent_s
+        for r in replay.requests
+        if r.last_s is not None and r.sent_s is not None
+    ]
+    return float(np.median(done)) * MS_PER_S if done else None

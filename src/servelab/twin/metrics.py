@@ -1,0 +1,64 @@
+"""A level's latency and throughput by the metrics contract, from per-request times.
+
+Measured and replayed levels go through this one function, so a difference between them
+is never a difference of definition: TTFT is first token minus send, TPOT the rest of the
+request over its remaining tokens, throughput the tokens over first send to last token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from servelab.core.units import MS_PER_S
+
+__all__ = ["METRICS", "LevelMetrics", "level_metrics"]
+
+METRICS = (
+    "median_ttft_ms",
+    "p90_ttft_ms",
+    "median_tpot_ms",
+    "p90_tpot_ms",
+    "output_throughput",
+    "total_throughput",
+)
+"""What twin.json compares per level, in the summary's own names."""
+
+
+@dataclass(frozen=True, slots=True)
+class LevelMetrics:
+    """The compared metrics of one level; None where no request gives one."""
+
+    values: dict[str, float | None]
+
+
+def level_metrics(
+    send_s: Sequence[float],
+    first_s: Sequence[float],
+    last_s: Sequence[float],
+    output_tokens: Sequence[int],
+    prompt_tokens: Sequence[int],
+) -> LevelMetrics:
+    """The metrics of the requests that got their tokens."""
+    send, first, last = (np.asarray(v, dtype=float) for v in (send_s, first_s, last_s))
+    output = np.asarray(output_tokens, dtype=float)
+    prompt = np.asarray(prompt_tokens, dtype=float)
+    if send.size == 0:
+        return LevelMetrics(dict.fromkeys(METRICS))
+    ttft = (first - send) * MS_PER_S
+    decoding = output > 1
+    tpot = (last[decoding] - first[decoding]) / (output[decoding] - 1) * MS_PER_S
+    duration = float(last.max() - send.min())
+    per_s = 1.0 / duration if duration > 0 else 0.0
+    return LevelMetrics(
+        {
+            "median_ttft_ms": float(np.median(ttft)),
+            "p90_ttft_ms": float(np.percentile(ttft, 90)),
+            "median_tpot_ms": float(np.median(tpot)) if tpot.size else None,
+            "p90_tpot_ms": float(np.percentile(tpot, 90)) if tpot.size else None,
+            "output_throughput": float(output.sum()) * per_s,
+            "total_throughput": float(output.sum() + prompt.sum()) * per_s,
+        }
+    )

@@ -1,0 +1,189 @@
+"""A level of the run replayed through the simulator's batcher in virtual time.
+
+The same `servelab.sim.batching.Batcher` that the wall-clock simulator steps
+(`servelab.sim.steploop`) is stepped here with no clock at all: each step starts where
+the last one ended, and an idle engine jumps to the next arrival. The load is the
+level's own, request by request:
+
+- closed loop: the level's first N sends at their recorded times, then each completion
+  sends the next request at once, as the client did;
+- open loop and trace replay: each request at its recorded send time (what the engine
+  got, the client's own lateness included);
+- conversations: a session's next turn follows its previous answer by the think time
+  the run recorded between them; in closed loop a session holds its slot throughout.
+
+A request reaches the engine `overhead_s` after it is sent (the HTTP server, the
+tokenizer and the queue into the scheduler, fitted per run), and its tokens are seen
+when their step ends.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from servelab.sim.batching import Batcher, EngineRequest, Phase
+from servelab.sim.policy import BatchPolicy
+from servelab.sim.stepcost import StepCost
+from servelab.twin.records import LevelLoad
+
+__all__ = ["EngineLimits", "LevelReplay", "ReplayRequest", "replay_level"]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    """The configured limits the replay runs under (None: no such limit)."""
+
+    policy: BatchPolicy
+    running_cap: int | None = None
+    kv_capacity_tokens: int | None = None
+    batch_tokens: int | None = None
+    """The step's token budget; None: a whole prompt in one step."""
+
+
+@dataclass(eq=False, slots=True)
+class ReplayRequest:
+    """One request to replay, and what happened to it."""
+
+    index: int
+    prompt_tokens: int
+    """Prompt tokens the engine computes (its prefix-cache hit already taken off)."""
+    output_tokens: int
+    send_s: float
+    """Recorded send time, seconds from the level's first send."""
+    session: int | None = None
+    turn: int | None = None
+    think_s: float = 0.0
+    """A later turn: recorded time from the previous turn's last token to its send."""
+    sent_s: float | None = None
+    first_s: float | None = None
+    last_s: float | None = None
+    prefill_chunks: list[tuple[float, int]] = field(default_factory=list)
+    """(end of the step, prompt tokens) for each chunk prefilled."""
+
+
+@dataclass(frozen=True, slots=True)
+class LevelReplay:
+    """A replayed level: its requests with their times, and what the engine held."""
+
+    requests: list[ReplayRequest]
+    steps: int
+    busy_s: float
+    decode_seconds: float
+    """Decoding requests times the length of their steps, summed: over the level's length,
+    the mean decode batch."""
+    preemptions: int
+
+
+def replay_level(
+    load: LevelLoad,
+    requests: Sequence[ReplayRequest],
+    *,
+    step_cost: StepCost,
+    limits: EngineLimits,
+    overhead_s: float = 0.0,
+) -> LevelReplay:
+    """Run the level's requests through a fresh batcher; each request gets its times."""
+    batcher: Batcher[ReplayRequest] = Batcher(
+        step_cost=step_cost,
+        chunked_prefill_size=limits.batch_tokens or _unbounded(requests),
+        max_running=limits.running_cap,
+        kv_capacity_tokens=limits.kv_capacity_tokens,
+        policy=limits.policy,
+    )
+    for request in requests:
+        request.sent_s = request.first_s = request.last_s = None
+        request.prefill_chunks = []
+    clients = _Clients(load, requests, overhead_s)
+    now, steps, busy, weighted_batch = 0.0, 0, 0.0, 0.0
+    while True:
+        for request in clients.arrived(now):
+            if batcher.fits(request.prompt_tokens, request.output_tokens):
+                batcher.submit(EngineRequest(request.prompt_tokens, request.output_tokens, request))
+            else:  # the engine refuses it: it never gets a token
+                clients.finished(request, now)
+        step = batcher.plan()
+        if step is None:
+            upcoming = clients.next_arrival()
+            if upcoming is None:
+                break
+            now = max(now, upcoming)
+            continue
+        end = now + step.duration_s
+        for job, chunk in step.prefill:
+            job.owner.prefill_chunks.append((end, chunk))
+        steps += 1
+        busy += step.duration_s
+        weighted_batch += len(step.decode) * step.duration_s
+        for job in batcher.complete(step):
+            owner = job.owner
+            if owner.first_s is None:
+                owner.first_s = end
+            owner.last_s = end
+            if job.phase is Phase.DONE:
+                clients.finished(owner, end)
+        now = end
+    return LevelReplay(
+        requests=list(requests),
+        steps=steps,
+        busy_s=busy,
+        decode_seconds=weighted_batch,
+        preemptions=batcher.preemptions,
+    )
+
+
+def _unbounded(requests: Sequence[ReplayRequest]) -> int:
+    return max((r.prompt_tokens for r in requests), default=1) + 1
+
+
+class _Clients:
+    """The load generator: who is sent when, and who reaches the engine when."""
+
+    def __init__(self, load: LevelLoad, requests: Sequence[ReplayRequest], overhead_s: float):
+        self._overhead = overhead_s
+        self._heap: list[tuple[float, int, ReplayRequest]] = []
+        self._next_turn: dict[ReplayRequest, ReplayRequest] = {}
+        units: list[ReplayRequest] = []
+        by_session: dict[int, list[ReplayRequest]] = {}
+        for request in sorted(requests, key=lambda r: r.send_s):
+            if request.session is None:
+                units.append(request)
+            else:
+                by_session.setdefault(request.session, []).append(request)
+        for turns in by_session.values():
+            turns.sort(key=lambda r: (r.turn or 0, r.send_s))
+            units.append(turns[0])
+            for earlier, later in itertools.pairwise(turns):
+                self._next_turn[earlier] = later
+        units.sort(key=lambda r: r.send_s)
+        closed = load.mode == "concurrency"
+        slots = max(int(load.value), 1) if closed else len(units)
+        self._waiting_units = deque(units[slots:])
+        self._closed = closed
+        for request in units[:slots]:
+            self._send(request, request.send_s)
+        if not closed:
+            self._waiting_units.clear()
+
+    def _send(self, request: ReplayRequest, at_s: float) -> None:
+        request.sent_s = at_s
+        heapq.heappush(self._heap, (at_s + self._overhead, request.index, request))
+
+    def arrived(self, now_s: float) -> list[ReplayRequest]:
+        out = []
+        while self._heap and self._heap[0][0] <= now_s:
+            out.append(heapq.heappop(self._heap)[2])
+        return out
+
+    def next_arrival(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def finished(self, request: ReplayRequest, at_s: float) -> None:
+        later = self._next_turn.get(request)
+        if later is not None:
+            self._send(later, at_s + later.think_s)
+        elif self._closed and self._waiting_units:
+            self._send(self._waiting_units.popleft(), at_s)
