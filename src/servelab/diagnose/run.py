@@ -19,7 +19,8 @@ from servelab.diagnose.inputs import load_run
 from servelab.diagnose.layers import gap_layers
 from servelab.diagnose.options import DiagnoseOptions
 from servelab.diagnose.rules import RULES
-from servelab.store import DIAGNOSIS_FILE, SUMMARY_FILE, RunDir
+from servelab.diagnose.twin_run import run_twin
+from servelab.store import DIAGNOSIS_FILE, SUMMARY_FILE, TWIN_FILE, RunDir
 
 __all__ = ["CLIENT_BOUND_DISCOUNT", "DIAGNOSIS_FILE", "configuration", "diagnose_run", "rank"]
 
@@ -44,6 +45,9 @@ def diagnose_run(
     files = load_run(run_dir, engine=options.engine, probe=options.probe)
     facts = collect_facts(files, options)
     findings = rank(_discount([f for rule in RULES for f in rule(facts)]))
+    twin, twin_detail = run_twin(files, facts.engine)
+    sources = _sources(facts, files.events_source, files.probe_source)
+    sources["twin"] = SourceStatus(available=twin is not None, detail=twin_detail)
     applies = facts.summary.run.applies
     diagnosis = Diagnosis(
         run_dir=str(run_dir),
@@ -55,13 +59,16 @@ def diagnose_run(
         findings=findings,
         layers=gap_layers(facts),
         ceiling=_ceiling(facts),
-        sources=_sources(facts, files.events_source, files.probe_source),
+        sources=sources,
         notes=facts.notes,
         configuration=configuration(facts),
         prediction=check_applied(applies, run_dir) if applies else None,
     )
     if write:
-        RunDir(run_dir).write_diagnosis(diagnosis)
+        run = RunDir(run_dir)
+        if twin is not None:
+            run.write_json(TWIN_FILE, twin)
+        run.write_diagnosis(diagnosis)
     return diagnosis
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "REQUESTS_FILE",
     "SUMMARY_FILE",
     "TELEMETRY_FILE",
+    "TWIN_FILE",
     "RunDir",
     "default_run_name",
     "open_run",
@@ -60,6 +61,8 @@ PROBE_FILE = "probe.json"
 """probe.ProbeReport of the machine the run ran on."""
 DIAGNOSIS_FILE = "diagnosis.json"
 """diagnose.Diagnosis of the run."""
+TWIN_FILE = "twin.json"
+"""twin.TwinResult: the engine fitted from the run and its levels replayed (diagnose)."""
 REPORT_MD_FILE = "report.md"
 REPORT_HTML_FILE = "report.html"
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from servelab.bench.results import BenchSummary, LevelSummary
+from servelab.bench.results import LevelSummary
 from servelab.core.units import MS_PER_S
 from servelab.twin.fit import INTERVAL, FittedCost, fit_cost
 from servelab.twin.levels import fit_from_levels, level_requests
@@ -41,6 +41,9 @@ from servelab.twin.steps import PrefillPlacement, budget_placement, step_samples
 __all__ = ["MAX_ROUNDS", "TwinInputs", "build_twin", "level_load"]
 
 MAX_ROUNDS = 6
+STDERR_RESAMPLES = 16
+"""Bootstrap draws of the first fit: only its standard errors are used, as the yardstick
+of whether a later round still moves the terms."""
 _UNITS = {
     "base": "ms per step",
     "per_seq": "ms per decoding request",
@@ -52,9 +55,9 @@ _UNITS = {
 
 @dataclass(frozen=True)
 class TwinInputs:
-    """A run as the twin needs it: the summary, the request rows, the limits and policy."""
+    """A run as the twin needs it: its levels, its request rows, the limits and policy."""
 
-    summary: BenchSummary
+    levels: Sequence[LevelSummary]
     rows: Iterable[Mapping[str, Any]]
     engine: str | None
     limits: EngineLimits
@@ -69,10 +72,10 @@ def level_load(level: LevelSummary) -> LevelLoad:
 
 
 def build_twin(
-    inputs: TwinInputs, *, resamples: int = 64, draws: int = 16, seed: int = 0
+    inputs: TwinInputs, *, resamples: int = 48, draws: int = 8, seed: int = 0
 ) -> TwinResult:
     """Fit the run's engine and replay every level of it."""
-    levels = [lv for lv in inputs.summary.levels if (lv.completed or 0) > 0]
+    levels = [lv for lv in inputs.levels if (lv.completed or 0) > 0]
     requests = [r for r in timelines(inputs.rows) if r.level in {lv.level for lv in levels}]
     if not requests:
         return _from_levels(inputs, levels, draws=draws, seed=seed)
@@ -94,7 +97,7 @@ def _from_requests(
     gaps = np.concatenate([np.diff(r.chunk_s) for r in requests])
     step_guess = float(np.median(gaps[gaps > 0])) if np.any(gaps > 0) else 0.0
     placement = budget_placement(requests, work, budget=limits.batch_tokens, step_s=step_guess)
-    first = fit_cost(step_samples(requests, placement), resamples=resamples, seed=seed)
+    first = fit_cost(step_samples(requests, placement), resamples=STDERR_RESAMPLES, seed=seed)
     fitted, rounds, converged = first, 1, False
     per_level = _replay_inputs(requests, work, levels)
     while rounds < MAX_ROUNDS:

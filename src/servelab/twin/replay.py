@@ -63,6 +63,8 @@ class ReplayRequest:
     last_s: float | None = None
     prefill_chunks: list[tuple[float, int]] = field(default_factory=list)
     """(end of the step, prompt tokens) for each chunk prefilled."""
+    token_s: list[float] | None = None
+    """Every token's time, where the caller asks for them with a list."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,8 @@ def replay_level(
     for request in requests:
         request.sent_s = request.first_s = request.last_s = None
         request.prefill_chunks = []
+        if request.token_s is not None:
+            request.token_s = []
     clients = _Clients(load, requests, overhead_s)
     now, steps, busy, weighted_batch = 0.0, 0, 0.0, 0.0
     while True:
@@ -123,6 +127,8 @@ def replay_level(
             if owner.first_s is None:
                 owner.first_s = end
             owner.last_s = end
+            if owner.token_s is not None:
+                owner.token_s.append(end)
             if job.phase is Phase.DONE:
                 clients.finished(owner, end)
         now = end

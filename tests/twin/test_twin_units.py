@@ -1,0 +1,184 @@
+"""The twin against an engine whose step cost is known: the batcher itself, run in virtual
+time with a planted cost, its streams written as the client writes them.
+
+The fit must find the planted terms within its own intervals where the run can tell them
+apart, and the replay must give the levels back; a cost the run cannot see (the same
+context in every step) must come out with a wide interval, not a confident wrong one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from servelab.bench.load import LevelSpec, LoadMode
+from servelab.bench.metrics import WorkerStats, compute_level
+from servelab.bench.records import RequestRecord
+from servelab.bench.results import LevelSummary
+from servelab.core.units import NS_PER_S
+from servelab.sim.policy import EXACT_RESERVE, policy_for
+from servelab.sim.stepcost import LinearStepCost
+from servelab.twin import EngineLimits, TwinInputs, build_twin
+from servelab.twin.records import LevelLoad
+from servelab.twin.replay import ReplayRequest, replay_level
+
+PLANTED = LinearStepCost(
+    base_ms=6.0,
+    per_seq_ms=0.25,
+    per_context_token_ms=0.002,
+    per_prefill_token_ms=0.015,
+    prefill_step_ms=1.5,
+)
+OVERHEAD_S = 0.003
+LIMITS = EngineLimits(EXACT_RESERVE, running_cap=12, batch_tokens=512)
+
+
+def _requests(count: int, seed: int, *, prompt: tuple[int, int], output: tuple[int, int]):
+    rng = np.random.default_rng(seed)
+    return [
+        ReplayRequest(
+            index=i,
+            prompt_tokens=int(rng.integers(*prompt)),
+            output_tokens=int(rng.integers(*output)),
+            send_s=0.0,
+            token_s=[],
+        )
+        for i in range(count)
+    ]
+
+
+def _measured_run(
+    concurrencies: Sequence[int],
+    *,
+    cost: LinearStepCost = PLANTED,
+    limits: EngineLimits = LIMITS,
+    prompt: tuple[int, int] = (32, 700),
+    output: tuple[int, int] = (8, 80),
+) -> tuple[list[LevelSummary], list[dict]]:
+    """A sweep 'measured' on the batcher with the planted cost, as summaries and rows."""
+    rows: list[dict] = []
+    summaries = []
+    offset = 0.0
+    for index, concurrency in enumerate(concurrencies):
+        load = LevelLoad(index, "concurrency", float(concurrency))
+        requests = _requests(6 * concurrency, index, prompt=prompt, output=output)
+        replay_level(load, requests, step_cost=cost, limits=limits, overhead_s=OVERHEAD_S)
+        records = [_record(index, r, offset) for r in requests]
+        rows += [r.to_json() for r in records]
+        spec = LevelSpec(index, LoadMode.CONCURRENCY, concurrency, len(records), None, 0)
+        worker = WorkerStats(worker=0, loop_lag_p99_ns=0, loop_lag_max_ns=0, cpu_s=0.0, wall_s=1.0)
+        summaries.append(compute_level(records, level=spec, workers=[worker]))
+        offset += max(r.last_s or 0.0 for r in requests) + 1.0
+    return summaries, rows
+
+
+def _record(level: int, r: ReplayRequest, offset: float) -> RequestRecord:
+    assert r.sent_s is not None and r.token_s
+    send = round((offset + r.sent_s) * NS_PER_S)
+    ends = [round((offset + t) * NS_PER_S) - send for t in r.token_s]
+    return RequestRecord(
+        index=r.index,
+        level=level,
+        warmup=False,
+        worker=0,
+        t_send_ns=send,
+        t_scheduled_ns=send,
+        t_end_ns=send + ends[-1],
+        ok=True,
+        max_tokens=r.output_tokens,
+        chunk_offsets_ns=ends,
+        output_tokens=len(ends),
+        prompt_tokens=r.prompt_tokens,
+    )
+
+
+@pytest.fixture(scope="module")
+def planted_run() -> tuple[list[LevelSummary], list[dict]]:
+    return _measured_run((1, 4, 16))
+
+
+def test_the_fit_finds_each_planted_term_within_its_interval(planted_run) -> None:
+    levels, rows = planted_run
+    twin = build_twin(TwinInputs(levels, rows, "sim", LIMITS, {}))
+    assert twin.fit.source == "requests" and twin.fit.converged
+    planted = {
+        "base": PLANTED.base_ms,
+        "per_seq": PLANTED.per_seq_ms,
+        "per_context_token": PLANTED.per_context_token_ms,
+        "per_prefill_token": PLANTED.per_prefill_token_ms,
+        "prefill_step": PLANTED.prefill_step_ms,
+    }
+    for term in twin.terms:
+        assert term.low is not None and term.high is not None
+        assert term.low * 0.98 <= planted[term.name] <= term.high * 1.02, term
+    assert twin.request_overhead_ms.value == pytest.approx(OVERHEAD_S * 1000, abs=0.5)
+
+
+def test_the_replay_gives_every_level_back(planted_run) -> None:
+    levels, rows = planted_run
+    twin = build_twin(TwinInputs(levels, rows, "sim", LIMITS, {}))
+    for level in twin.levels:
+        for name in ("median_tpot_ms", "median_ttft_ms", "output_throughput"):
+            assert level.metrics[name].error == pytest.approx(0.0, abs=0.03), (level.load, name)
+        assert level.explained_share is not None and level.explained_share > 0.95
+        assert level.decode_batch_replayed == pytest.approx(level.decode_batch_measured, rel=0.05)
+
+
+def test_a_replay_without_the_cap_misses_the_queue_the_cap_made(planted_run) -> None:
+    """The negative control: the limits matter, so a replay under the wrong ones must miss."""
+    levels, rows = planted_run
+    uncapped = EngineLimits(EXACT_RESERVE, running_cap=None, batch_tokens=512)
+    twin = build_twin(TwinInputs(levels, rows, "sim", uncapped, {}))
+    heaviest = twin.levels[-1]
+    assert heaviest.metrics["median_ttft_ms"].error < -0.3
+
+
+def test_a_term_the_run_cannot_separate_gets_a_wide_interval() -> None:
+    """Every request the same size at one concurrency: per-request and per-context costs
+    are the same column up to a factor, so the fit cannot split them."""
+    levels, rows = _measured_run((8,), prompt=(200, 201), output=(40, 41))
+    twin = build_twin(TwinInputs(levels, rows, "sim", LIMITS, {}))
+    separable, _ = _measured_run((1, 4, 16))
+    wide = build_twin(TwinInputs(separable, _, "sim", LIMITS, {}))
+    seq = next(t for t in twin.terms if t.name == "per_seq")
+    seq_separable = next(t for t in wide.terms if t.name == "per_seq")
+    assert (seq.high - seq.low) > 3 * (seq_separable.high - seq_separable.low)
+    assert twin.levels[0].metrics["median_tpot_ms"].error == pytest.approx(0.0, abs=0.03)
+
+
+def test_a_run_without_requests_is_fitted_from_its_level_summaries(planted_run) -> None:
+    levels, _ = planted_run
+    twin = build_twin(TwinInputs(levels, [], "sim", LIMITS, {}))
+    assert twin.fit.source == "level summaries"
+    assert "no requests.jsonl" in twin.fit.notes[0]
+    for level in twin.levels:
+        assert level.metrics["median_tpot_ms"].error == pytest.approx(0.0, abs=0.15)
+
+
+def test_the_replay_follows_the_engines_preemption_policy() -> None:
+    """A cache too small for every output: vLLM's policy preempts and recomputes, so each
+    request still gets all its tokens; the exact policy queues instead and never preempts."""
+    cost = LinearStepCost(base_ms=5.0, per_seq_ms=0.1)
+    for engine, preempts in (("vllm", True), ("sim", False)):
+        requests = _requests(24, 1, prompt=(100, 101), output=(100, 101))
+        limits = EngineLimits(policy_for(engine), kv_capacity_tokens=1200, batch_tokens=2048)
+        replay = replay_level(
+            LevelLoad(0, "concurrency", 12.0), requests, step_cost=cost, limits=limits
+        )
+        assert (replay.preemptions > 0) is preempts, engine
+        assert all(len(r.token_s or []) == r.output_tokens for r in requests), engine
+
+
+def test_open_loop_and_conversations_are_sent_as_recorded() -> None:
+    cost = LinearStepCost(base_ms=10.0)
+    open_loop = [ReplayRequest(i, 10, 5, send_s=0.5 * i) for i in range(4)]
+    replay_level(LevelLoad(0, "request_rate", 2.0), open_loop, step_cost=cost, limits=LIMITS)
+    assert [r.sent_s for r in open_loop] == [0.0, 0.5, 1.0, 1.5]
+    turns = [
+        ReplayRequest(0, 10, 5, send_s=0.0, session=7, turn=0),
+        ReplayRequest(1, 20, 5, send_s=9.0, session=7, turn=1, think_s=0.25),
+    ]
+    replay_level(LevelLoad(0, "concurrency", 1.0), turns, step_cost=cost, limits=LIMITS)
+    assert turns[1].sent_s == pytest.approx((turns[0].last_s or 0) + 0.25)
