@@ -177,6 +177,16 @@ def sim(
     workers: Annotated[
         int, typer.Option(help="Fixed timing: processes sharing the port (SO_REUSEPORT).")
     ] = 1,
+    twin: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="RUN",
+            help="Serve the engine fitted from a run (its twin.json, written by `servelab"
+            " diagnose RUN`): its step cost, request overhead, admission policy and limits;"
+            " --max-running-requests, --kv-capacity-tokens and --chunked-prefill-size"
+            " given here replace the run's, to try other limits.",
+        ),
+    ] = None,
 ) -> None:
     """Serve /v1/chat/completions and /v1/completions with known timing, and /metrics.
 
@@ -228,6 +238,15 @@ def sim(
             "step_per_context_token_ms": step_per_context_token_ms,
         }
         profile = _profile(profile, linear)
+        fitted: dict[str, object] = {}
+        if twin is not None:
+            if profile is not None or model is not None:
+                raise ConfigError(
+                    "--twin brings its own fitted step cost: drop --profile,"
+                    " --model and the --step-* flags"
+                )
+            fitted = _twin_settings(twin)
+            profile = LINEAR
         if model is not None:
             if profile not in (None, MODEL):
                 raise ConfigError(f"--model describes the {MODEL} profile, not --profile {profile}")
@@ -286,8 +305,12 @@ def sim(
         }
         if block_size is not None:
             settings["block_size"] = block_size
+        if fitted:
+            settings["max_running_requests"] = max_running_requests or fitted.pop(
+                "max_running_requests", None
+            )
         try:
-            config = SimConfig.model_validate(settings | given)
+            config = SimConfig.model_validate(settings | fitted | given)
         except ValidationError as exc:
             raise ConfigError(_first_error(exc)) from None
         check_step_cost(config)
@@ -307,6 +330,35 @@ def _check_ranges(
         check_range(name, amount, low=0)
     for name, count in counts.items():
         check_range(name, count, low=1)
+
+
+def _twin_settings(run: Path) -> dict[str, object]:
+    """The simulator's settings of a run's twin (its twin.json, or the file itself)."""
+    from servelab.store import TWIN_FILE, RunDir
+    from servelab.twin import TwinResult
+
+    folder, name = (run.parent, run.name) if run.is_file() else (run, TWIN_FILE)
+    fitted = RunDir(folder).load(name, TwinResult)
+    if fitted is None:
+        raise ConfigError(f"no {TWIN_FILE} in {run}: run `servelab diagnose {run}` first")
+    settings: dict[str, object] = {
+        "step_base_ms": fitted.term("base"),
+        "step_per_seq_ms": fitted.term("per_seq"),
+        "step_per_context_token_ms": fitted.term("per_context_token"),
+        "prefill_per_token_ms": fitted.term("per_prefill_token"),
+        "prefill_step_ms": fitted.term("prefill_step"),
+        "request_overhead_ms": fitted.request_overhead_ms.value,
+        "batch_policy": fitted.policy.name if fitted.policy.name != "exact" else "sim",
+    }
+    for name, key in (
+        ("running_cap", "max_running_requests"),
+        ("kv_capacity_tokens", "kv_capacity_tokens"),
+        ("batch_tokens", "chunked_prefill_size"),
+    ):
+        value = fitted.limit(name)
+        if value is not None:
+            settings[key] = value
+    return settings
 
 
 def _profile(profile: str | None, linear: dict[str, float | None]) -> str | None:

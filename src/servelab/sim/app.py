@@ -36,6 +36,7 @@ from servelab.sim.parsing import (
     parse_json,
     prompt_token_ids,
 )
+from servelab.sim.policy import policy_for
 from servelab.sim.prefix_cache import PrefixCache
 from servelab.sim.profiles import step_cost_for
 from servelab.sim.responses import (
@@ -132,8 +133,14 @@ class SimApp:
             kv_capacity_tokens=self._kv_capacity_tokens,
             step_overhead_s=config.step_overhead_ms / MS_PER_S / config.time_scale,
             prefix_cache=self._cache,
+            policy=policy_for(config.batch_policy),
         )
-        return StepLoop(batcher=batcher, scheduler=self._scheduler, counters=self._counters)
+        return StepLoop(
+            batcher=batcher,
+            scheduler=self._scheduler,
+            counters=self._counters,
+            admit_delay_s=config.request_overhead_ms / MS_PER_S / config.time_scale,
+        )
 
     def application(self) -> web.Application:
         """The aiohttp application serving every route."""

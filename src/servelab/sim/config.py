@@ -6,9 +6,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servelab.sim.model_profile import CALIBRATED_PROFILES, PROFILE_DEFAULTS
+from servelab.sim.policy import ENGINE_POLICIES
 from servelab.sim.profiles import PROFILES
 
 __all__ = [
@@ -166,6 +167,20 @@ class SimConfig(BaseModel):
     step_per_context_token_ms: float = Field(
         default=0.0, ge=0, description="Linear profile: per context token of decoding requests."
     )
+    prefill_step_ms: float = Field(
+        default=0.0, ge=0, description="Linear profile: paid by a step that prefills anything."
+    )
+    batch_policy: str = Field(
+        default="sim",
+        description="Batching: whose admission, budget and preemption rules the batcher "
+        "follows (servelab.sim.policy.ENGINE_POLICIES: sim, vllm, sglang, transformers).",
+    )
+    request_overhead_ms: float = Field(
+        default=0.0,
+        ge=0,
+        description="Batching: from a request's arrival to its entering the scheduler (HTTP, "
+        "tokenizer), in ms.",
+    )
     metrics_style: MetricsStyle = Field(
         default=MetricsStyle.SGLANG, description="Metric names served at GET /metrics."
     )
@@ -191,6 +206,13 @@ class SimConfig(BaseModel):
         description="Model-timed profiles: a `servelab probe --comm` probe.json whose "
         "measurements (memory, matmul, links, all-reduce) replace the datasheet's.",
     )
+
+    @field_validator("batch_policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value not in ENGINE_POLICIES:
+            raise ValueError(f"unknown batch policy {value!r}; one of {', '.join(ENGINE_POLICIES)}")
+        return value
 
     @model_validator(mode="before")
     @classmethod

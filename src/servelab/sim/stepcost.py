@@ -107,6 +107,8 @@ class StepSettings(Protocol):
     @property
     def step_per_context_token_ms(self) -> float: ...
     @property
+    def prefill_step_ms(self) -> float: ...
+    @property
     def perf_model(self) -> str | None: ...
     @property
     def gpu(self) -> str | None: ...
@@ -139,4 +141,5 @@ def linear_step_cost(settings: StepSettings) -> StepCost:
         per_seq_ms=settings.step_per_seq_ms,
         per_prefill_token_ms=settings.prefill_per_token_ms,
         per_context_token_ms=settings.step_per_context_token_ms,
+        prefill_step_ms=settings.prefill_step_ms,
     )

@@ -27,9 +27,15 @@ class StepLoop:
     """Runs one Batcher of Streams; meets the `Admission` protocol."""
 
     def __init__(
-        self, *, batcher: Batcher[Stream], scheduler: Scheduler, counters: SimCounters
+        self,
+        *,
+        batcher: Batcher[Stream],
+        scheduler: Scheduler,
+        counters: SimCounters,
+        admit_delay_s: float = 0.0,
     ) -> None:
         self._batcher = batcher
+        self._admit_delay_s = admit_delay_s
         self._scheduler = scheduler
         self._counters = counters
         self._step: Step[Stream] | None = None
@@ -46,6 +52,14 @@ class StepLoop:
         )
 
     def admit(self, stream: Stream) -> None:
+        if self._admit_delay_s > 0:  # the HTTP server and tokenizer before the scheduler
+            asyncio.get_running_loop().call_later(self._admit_delay_s, self._submit, stream)
+        else:
+            self._submit(stream)
+
+    def _submit(self, stream: Stream) -> None:
+        if self._stopped or stream.done.done():  # it left while it was on its way
+            return
         timed = stream.timed
         job = EngineRequest(
             timed.prompt_tokens, timed.completion_tokens, stream, blocks=stream.blocks
