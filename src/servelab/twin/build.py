@@ -21,7 +21,8 @@ import numpy as np
 
 from servelab.bench.results import LevelSummary
 from servelab.core.units import MS_PER_S
-from servelab.twin.fit import INTERVAL, FittedCost, fit_cost
+from servelab.twin.e2efit import fit_by_replay
+from servelab.twin.fit import INTERVAL, FittedCost, fit_cost, fit_cost_constant
 from servelab.twin.levels import fit_from_levels, level_requests
 from servelab.twin.metrics import METRICS, level_metrics
 from servelab.twin.records import LevelLoad, RequestTimeline, timelines
@@ -79,7 +80,10 @@ def build_twin(
     requests = [r for r in timelines(inputs.rows) if r.level in {lv.level for lv in levels}]
     if not requests:
         return _from_levels(inputs, levels, draws=draws, seed=seed)
-    return _from_requests(inputs, levels, requests, resamples=resamples, draws=draws, seed=seed)
+    streamed = [r for r in requests if r.streamed]
+    if streamed:
+        return _from_requests(inputs, levels, streamed, resamples=resamples, draws=draws, seed=seed)
+    return _from_answers(inputs, levels, requests, resamples=resamples, draws=draws, seed=seed)
 
 
 def _from_requests(
@@ -116,41 +120,107 @@ def _from_requests(
             break
     final = fit_cost(step_samples(requests, placement), resamples=resamples, seed=seed)
     overhead = _overhead_s(per_level, levels, requests, position, final, limits)
-    replays = _replay_all(per_level, levels, final, limits, overhead)
-    spread = [
-        _replay_all(per_level, levels, final, limits, overhead, draw=d)
-        for d in range(min(draws, final.draws.shape[0]))
-    ]
-    twin_levels = [
-        _compare(
-            lv, per_level[lv.level], replays[lv.level], [s[lv.level] for s in spread], requests
-        )
-        for lv in levels
-        if lv.level in per_level
-    ]
     notes = []
     if not converged:
         notes.append(
             f"the prefill placement did not settle in {MAX_ROUNDS} rounds of fitting and "
             "replaying: the terms still moved by more than their standard error"
         )
-    return _result(
-        inputs,
-        final,
-        overhead,
-        _overhead_spread(per_level, levels, requests, position, final, limits, draws),
-        TwinFit(
-            source="requests",
-            samples=final.samples,
-            requests=final.requests,
-            residual_ms=final.residual_ms,
-            rounds=rounds,
-            converged=converged,
-            resamples=resamples,
-            notes=notes,
-        ),
-        twin_levels,
+    fit = TwinFit(
+        source="requests",
+        samples=final.samples,
+        requests=final.requests,
+        residual_ms=final.residual_ms,
+        rounds=rounds,
+        converged=converged,
+        resamples=resamples,
+        notes=notes,
     )
+    spread = _overhead_spread(per_level, levels, requests, position, final, limits, draws)
+    return _finish(inputs, levels, requests, per_level, final, overhead, spread, fit, draws)
+
+
+def _from_answers(
+    inputs: TwinInputs,
+    levels: list[LevelSummary],
+    requests: list[RequestTimeline],
+    *,
+    resamples: int,
+    draws: int,
+    seed: int,
+) -> TwinResult:
+    """Answers that came whole: the cost fitted to each request's time by replay."""
+    limits = inputs.limits
+    work = _prompt_work(requests, levels)
+    per_level = _replay_inputs(requests, work, levels)
+    measured = {(r.level, r.index): r.last_s - r.send_s for r in requests if not r.warmup}
+    lowest = _lowest_load(levels, per_level)
+    mine = [r for r in requests if r.level == lowest.level and not r.warmup]
+    per_token = float(np.median([(r.last_s - r.send_s) / max(r.output_tokens, 1) for r in mine]))
+    start = fit_cost_constant(per_token)
+
+    def replay(cost: FittedCost, overhead_s: float) -> dict[int, LevelReplay]:
+        return _replay_all(per_level, levels, cost, limits, overhead_s)
+
+    fitted = fit_by_replay(
+        start, measured, replay, max_rounds=MAX_ROUNDS, resamples=resamples, seed=seed
+    )
+    notes = [
+        "answers came whole (no stream): the cost is fitted to each request's end-to-end "
+        "time over the steps its replay lived through, and no TTFT or TPOT is compared"
+    ]
+    if not fitted.converged:
+        notes.append(
+            f"the replayed steps did not settle in {MAX_ROUNDS} rounds of fitting and "
+            "replaying: the terms still moved by more than their standard error"
+        )
+    fit = TwinFit(
+        source="end-to-end times",
+        samples=fitted.cost.samples,
+        requests=fitted.cost.requests,
+        residual_ms=None,
+        rounds=fitted.rounds,
+        converged=fitted.converged,
+        resamples=resamples,
+        notes=notes,
+    )
+    return _finish(
+        inputs,
+        levels,
+        requests,
+        per_level,
+        fitted.cost,
+        fitted.overhead_s,
+        fitted.overhead_draws_s,
+        fit,
+        draws,
+    )
+
+
+def _finish(
+    inputs: TwinInputs,
+    levels: list[LevelSummary],
+    requests: list[RequestTimeline],
+    per_level: Mapping[int, list[ReplayRequest]],
+    cost: FittedCost,
+    overhead_s: float,
+    overhead_draws_s: Sequence[float],
+    fit: TwinFit,
+    draws: int,
+) -> TwinResult:
+    """Replay every level at the fit and at its draws, and compare with the run."""
+    limits = inputs.limits
+    replays = _replay_all(per_level, levels, cost, limits, overhead_s)
+    spread = [
+        _replay_all(per_level, levels, cost, limits, overhead_s, draw=d)
+        for d in range(min(draws, cost.draws.shape[0]))
+    ]
+    twin_levels = [
+        _compare(lv, replays[lv.level], [s[lv.level] for s in spread], requests)
+        for lv in levels
+        if lv.level in per_level
+    ]
+    return _result(inputs, cost, overhead_s, overhead_draws_s, fit, twin_levels)
 
 
 def _prompt_work(requests: Sequence[RequestTimeline], levels: Sequence[LevelSummary]) -> list[int]:
@@ -306,22 +376,23 @@ def _placement_from(
 
 def _compare(
     level: LevelSummary,
-    rows: Sequence[ReplayRequest],
     replay: LevelReplay,
     spread: Sequence[LevelReplay],
     requests: Sequence[RequestTimeline],
 ) -> TwinLevel:
     measured_rows = [r for r in requests if r.level == level.level and not r.warmup]
+    streamed = all(r.streamed for r in measured_rows)
     measured = level_metrics(
         [r.send_s for r in measured_rows],
         [r.first_s for r in measured_rows],
         [r.last_s for r in measured_rows],
         [r.output_tokens for r in measured_rows],
         [r.prompt_tokens for r in measured_rows],
+        streamed=streamed,
     ).values
     prompts = {r.index: r.prompt_tokens for r in measured_rows}
-    replayed = _replayed_metrics(replay, prompts)
-    others = [_replayed_metrics(s, prompts) for s in spread]
+    replayed = _replayed_metrics(replay, prompts, streamed=streamed)
+    others = [_replayed_metrics(s, prompts, streamed=streamed) for s in spread]
     by_index = {r.index: r for r in measured_rows}
     e2e_pairs = [
         (r.last_s - r.sent_s, by_index[r.index].last_s - by_index[r.index].send_s)
@@ -331,7 +402,7 @@ def _compare(
     lows = sum(min(a, b) for a, b in e2e_pairs)
     highs = sum(max(a, b) for a, b in e2e_pairs)
     window = max(r.last_s for r in measured_rows) - min(r.send_s for r in measured_rows)
-    decoding = sum(r.last_s - r.first_s for r in measured_rows)
+    decoding = sum(r.last_s - r.first_s for r in measured_rows) if streamed else None
     replayed_window = _replayed_window(replay)
     telemetry = level.telemetry.engine if level.telemetry is not None else None
     return TwinLevel(
@@ -343,14 +414,16 @@ def _compare(
             for name in METRICS
         },
         explained_share=lows / highs if highs > 0 else None,
-        decode_batch_measured=decoding / window if window > 0 else None,
+        decode_batch_measured=decoding / window if decoding is not None and window > 0 else None,
         decode_batch_replayed=_replayed_batch(replay, replayed_window),
         engine_running_mean=telemetry.running_mean if telemetry is not None else None,
         preemptions=replay.preemptions,
     )
 
 
-def _replayed_metrics(replay: LevelReplay, prompts: Mapping[int, int]) -> dict[str, float | None]:
+def _replayed_metrics(
+    replay: LevelReplay, prompts: Mapping[int, int], *, streamed: bool = True
+) -> dict[str, float | None]:
     done = [r for r in replay.requests if r.first_s is not None and r.sent_s is not None]
     return level_metrics(
         [r.sent_s or 0.0 for r in done],
@@ -358,6 +431,7 @@ def _replayed_metrics(replay: LevelReplay, prompts: Mapping[int, int]) -> dict[s
         [r.last_s or 0.0 for r in done],
         [r.output_tokens for r in done],
         [prompts.get(r.index, r.prompt_tokens) for r in done],
+        streamed=streamed,
     ).values
 
 
@@ -456,10 +530,7 @@ def _from_levels(
     per_level = {lv.level: level_requests(lv, seed=seed) for lv in levels}
     per_level = {k: v for k, v in per_level.items() if v}
     limits = inputs.limits
-    lowest = _lowest_load(levels, per_level)
-    bare = _replay_all({lowest.level: per_level[lowest.level]}, [lowest], fitted, limits, 0.0)
-    replayed_ttft = _replayed_metrics(bare[lowest.level], {})["median_ttft_ms"]
-    overhead_s = max(((lowest.median_ttft_ms or 0.0) - (replayed_ttft or 0.0)) / MS_PER_S, 0.0)
+    overhead_s = 0.0
     replays = _replay_all(per_level, levels, fitted, limits, overhead_s)
     spread = [
         _replay_all(per_level, levels, fitted, limits, overhead_s, draw=d)
@@ -506,8 +577,10 @@ def _from_levels(
         resamples=int(fitted.draws.shape[0]),
         notes=[
             "fitted from the levels' summaries: no requests.jsonl, so each level gives one "
-            "point (its median TPOT against its mean batch), its requests are replayed at "
-            "the level's mean sizes, and the terms' intervals are leave-one-level-out"
+            "point (its median TPOT against its mean batch), a prompt token is priced by "
+            "the least-loaded level's TTFT (the request overhead is not told apart from "
+            "it), its requests are replayed at the level's mean sizes, and the terms' "
+            "intervals are leave-one-level-out"
         ],
     )
     return _result(inputs, fitted, overhead_s, [], fit, twin_levels)

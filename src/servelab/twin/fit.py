@@ -24,7 +24,16 @@ from servelab.core.units import MS_PER_S
 from servelab.sim.stepcost import LinearStepCost
 from servelab.twin.steps import TERMS, StepSamples
 
-__all__ = ["HUBER_K", "INTERVAL", "FittedCost", "TermFit", "fit_cost", "nonnegative_fit"]
+__all__ = [
+    "HUBER_K",
+    "INTERVAL",
+    "FittedCost",
+    "TermFit",
+    "fit_cost",
+    "fit_cost_constant",
+    "nonnegative_fit",
+    "robust_fit",
+]
 
 HUBER_K = 1.345
 """Huber's tuning constant: 95% efficiency when the residuals are normal."""
@@ -80,7 +89,7 @@ def fit_cost(samples: StepSamples, *, resamples: int = 64, seed: int = 0) -> Fit
     """Fit the terms to the gaps, and bootstrap them over the gaps' requests."""
     if samples.size == 0:
         raise ValueError("no gaps between chunks to fit a step cost to")
-    point = _robust_fit(samples.regressors, samples.gap_s, samples.weight)
+    point = robust_fit(samples.regressors, samples.gap_s, samples.weight)
     owners = np.unique(samples.request)
     rng = np.random.default_rng(seed)
     by_owner = _rows_by_owner(samples.request)
@@ -89,7 +98,7 @@ def fit_cost(samples: StepSamples, *, resamples: int = 64, seed: int = 0) -> Fit
         picked = rng.choice(owners, size=owners.size, replace=True)
         rows = np.concatenate([by_owner[o] for o in picked])
         draws.append(
-            _robust_fit(samples.regressors[rows], samples.gap_s[rows], samples.weight[rows])
+            robust_fit(samples.regressors[rows], samples.gap_s[rows], samples.weight[rows])
         )
     draws_ms = np.array(draws) * MS_PER_S if draws else point[None, :] * MS_PER_S
     low, high = np.percentile(draws_ms, INTERVAL, axis=0)
@@ -108,6 +117,22 @@ def fit_cost(samples: StepSamples, *, resamples: int = 64, seed: int = 0) -> Fit
     )
 
 
+def fit_cost_constant(step_s: float) -> FittedCost:
+    """A starting cost: every step `step_s` long, whatever it holds."""
+    values = np.zeros(len(TERMS))
+    values[0] = step_s * MS_PER_S
+    return FittedCost(
+        terms=tuple(
+            TermFit(n, float(v), 0.0, float(v), float(v))
+            for n, v in zip(TERMS, values, strict=True)
+        ),
+        draws=values[None, :],
+        samples=0,
+        requests=0,
+        residual_ms=0.0,
+    )
+
+
 def _rows_by_owner(owner: np.ndarray) -> dict[int, np.ndarray]:
     order = np.argsort(owner, kind="stable")
     values, starts = np.unique(owner[order], return_index=True)
@@ -115,7 +140,7 @@ def _rows_by_owner(owner: np.ndarray) -> dict[int, np.ndarray]:
     return {int(v): order[s:e] for v, s, e in zip(values, starts, bounds, strict=True)}
 
 
-def _robust_fit(x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
+def robust_fit(x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Huber-weighted least squares, terms held at zero where their cost comes out below
     it (the base is a term like the others: a step never takes negative time)."""
     active = [j for j in range(x.shape[1]) if np.any(x[:, j] != x[0, j]) or j == 0]

@@ -1,12 +1,15 @@
 """The twin of a run with no per-request records: one point per level.
 
-Each level gives its median TPOT (a decode step's length, as every decoding request
-sees it) against what its average step held: by Little's law the requests in flight,
-the share of their time spent decoding, their mean context, and the prompt tokens the
-level prefilled per second times the step. With as many points as levels, only as many
-terms are fitted as the levels leave a degree of freedom for (the base first, then per
-request, per prompt token, per context token); the others stay at zero. The intervals
-are leave-one-level-out fits: wide, as a handful of points deserves.
+The least-loaded level prices a prompt token: its median TTFT less one decode step,
+over its mean prompt (the request overhead cannot be told apart from it here, and is
+left at zero). Every level then gives its median TPOT (a step's length, as every
+decoding request sees it) less the prefill its steps carried (the prompt tokens the level
+prefilled per second times the step), against what its average step held: by Little's
+law the requests in flight and the share of their time spent decoding, and their mean
+context. With as many points as levels, only as many terms are fitted as the levels
+leave a degree of freedom for (the base first, then per request, then per context
+token); the others stay at zero. The intervals are leave-one-level-out fits: wide, as a
+handful of points deserves.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from servelab.twin.steps import TERMS
 
 __all__ = ["fit_from_levels", "level_requests"]
 
-_ORDER = ("base", "per_seq", "per_prefill_token", "per_context_token")
+_ORDER = ("base", "per_seq", "per_context_token")
 """Which terms a fit on few levels takes first."""
 
 
@@ -48,8 +51,10 @@ def fit_from_levels(levels: Sequence[LevelSummary]) -> FittedCost:
     points = [p for p in (_point(lv) for lv in levels) if p is not None]
     if not points:
         raise ValueError("no level has a median TPOT to fit a step cost to")
+    per_prompt_s = _prompt_token_s(levels)
+    prefill_column = TERMS.index("per_prefill_token")
     x = np.array([p[0] for p in points])
-    y = np.array([p[1] for p in points])
+    y = np.array([p[1] for p in points]) - per_prompt_s * x[:, prefill_column]
     columns = [TERMS.index(name) for name in _ORDER[: max(len(points) - 1, 1)]]
     point = _fit(x, y, columns)
     draws = (
@@ -60,10 +65,13 @@ def fit_from_levels(levels: Sequence[LevelSummary]) -> FittedCost:
         if len(points) > 2
         else [point]
     )
+    point[prefill_column] = per_prompt_s
+    for draw in draws:
+        draw[prefill_column] = per_prompt_s
     draws_ms = np.array(draws) * MS_PER_S
     low, high = np.percentile(draws_ms, INTERVAL, axis=0)
     stderr = draws_ms.std(axis=0, ddof=1) if len(draws) > 1 else np.zeros(len(TERMS))
-    residual = y - x @ point
+    residual = y + per_prompt_s * x[:, prefill_column] - x @ point
     return FittedCost(
         terms=tuple(
             TermFit(name, float(v), float(e), float(lo), float(hi))
@@ -74,6 +82,24 @@ def fit_from_levels(levels: Sequence[LevelSummary]) -> FittedCost:
         requests=sum(lv.completed or 0 for lv in levels),
         residual_ms=float(np.sqrt(np.mean(residual**2))) * MS_PER_S,
     )
+
+
+def _prompt_token_s(levels: Sequence[LevelSummary]) -> float:
+    """Seconds per prompt token: the least-loaded level's TTFT beyond one decode step."""
+    usable = [
+        lv
+        for lv in levels
+        if lv.median_ttft_ms
+        and lv.median_tpot_ms
+        and (lv.completed or 0) > 0
+        and lv.total_input_tokens > 0
+    ]
+    if not usable:
+        return 0.0
+    lowest = min(usable, key=lambda lv: (lv.concurrency or float("inf"), lv.level))
+    prompt = lowest.total_input_tokens / (lowest.completed or 1)
+    beyond = (lowest.median_ttft_ms or 0.0) - (lowest.median_tpot_ms or 0.0)
+    return max(beyond, 0.0) / MS_PER_S / prompt
 
 
 def _fit(x: np.ndarray, y: np.ndarray, columns: list[int]) -> np.ndarray:

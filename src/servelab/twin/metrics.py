@@ -21,6 +21,7 @@ METRICS = (
     "p90_ttft_ms",
     "median_tpot_ms",
     "p90_tpot_ms",
+    "median_e2e_latency_ms",
     "output_throughput",
     "total_throughput",
 )
@@ -40,24 +41,33 @@ def level_metrics(
     last_s: Sequence[float],
     output_tokens: Sequence[int],
     prompt_tokens: Sequence[int],
+    *,
+    streamed: bool = True,
 ) -> LevelMetrics:
-    """The metrics of the requests that got their tokens."""
+    """The metrics of the requests that got their tokens; answers that came whole
+    (`streamed=False`) have no TTFT or TPOT."""
     send, first, last = (np.asarray(v, dtype=float) for v in (send_s, first_s, last_s))
     output = np.asarray(output_tokens, dtype=float)
     prompt = np.asarray(prompt_tokens, dtype=float)
     if send.size == 0:
         return LevelMetrics(dict.fromkeys(METRICS))
-    ttft = (first - send) * MS_PER_S
+    ttft = (first - send) * MS_PER_S if streamed else np.empty(0)
     decoding = output > 1
-    tpot = (last[decoding] - first[decoding]) / (output[decoding] - 1) * MS_PER_S
+    tpot = (
+        (last[decoding] - first[decoding]) / (output[decoding] - 1) * MS_PER_S
+        if streamed
+        else np.empty(0)
+    )
+    e2e = (last - send) * MS_PER_S
     duration = float(last.max() - send.min())
     per_s = 1.0 / duration if duration > 0 else 0.0
     return LevelMetrics(
         {
-            "median_ttft_ms": float(np.median(ttft)),
-            "p90_ttft_ms": float(np.percentile(ttft, 90)),
+            "median_ttft_ms": float(np.median(ttft)) if ttft.size else None,
+            "p90_ttft_ms": float(np.percentile(ttft, 90)) if ttft.size else None,
             "median_tpot_ms": float(np.median(tpot)) if tpot.size else None,
             "p90_tpot_ms": float(np.percentile(tpot, 90)) if tpot.size else None,
+            "median_e2e_latency_ms": float(np.median(e2e)),
             "output_throughput": float(output.sum()) * per_s,
             "total_throughput": float(output.sum() + prompt.sum()) * per_s,
         }

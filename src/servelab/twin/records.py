@@ -1,5 +1,6 @@
 """A run's requests as the twin reads them: each one's times on one clock, its sizes and
-the level and workload it belonged to.
+the level and workload it belonged to. A streamed request has its chunks' times; one
+answered whole has only its end.
 
 Times are seconds from the run's first send, so a fit and a replay never handle the raw
 `perf_counter_ns` stamps. Failed and cancelled requests are kept out: they say nothing
@@ -31,7 +32,8 @@ class LevelLoad:
 
 @dataclass(frozen=True, slots=True)
 class RequestTimeline:
-    """One completed request: when it was sent and due, when each token arrived."""
+    """One completed request: when it was sent and due, when each chunk arrived (none for an
+    answer sent whole) and when it ended."""
 
     level: int
     index: int
@@ -39,7 +41,9 @@ class RequestTimeline:
     scheduled_s: float
     send_s: float
     chunk_s: np.ndarray
-    """Arrival of each chunk carrying generated text."""
+    """Arrival of each chunk carrying generated text; empty when not streamed."""
+    end_s: float
+    """The last chunk, or the whole answer's arrival."""
     chunk_tokens: np.ndarray
     """Tokens each chunk carried (1 each where the stream did not say)."""
     output_tokens: int
@@ -50,12 +54,17 @@ class RequestTimeline:
     turn: int | None
 
     @property
+    def streamed(self) -> bool:
+        return self.chunk_s.size > 0
+
+    @property
     def first_s(self) -> float:
-        return float(self.chunk_s[0])
+        """The first chunk; the end for an answer sent whole."""
+        return float(self.chunk_s[0]) if self.streamed else self.end_s
 
     @property
     def last_s(self) -> float:
-        return float(self.chunk_s[-1])
+        return self.end_s
 
     @property
     def ttft_s(self) -> float:
@@ -88,6 +97,11 @@ def timelines(rows: Iterable[Mapping[str, Any]]) -> list[RequestTimeline]:
                 scheduled_s=(int(row.get("t_scheduled_ns") or send) - origin) / NS_PER_S,
                 send_s=(send - origin) / NS_PER_S,
                 chunk_s=(send - origin + offsets) / NS_PER_S,
+                end_s=(
+                    (send - origin + int(offsets[-1])) / NS_PER_S
+                    if offsets.size
+                    else (int(row["t_end_ns"]) - origin) / NS_PER_S
+                ),
                 chunk_tokens=tokens,
                 output_tokens=int(row.get("output_tokens") or tokens.sum()),
                 prompt_tokens=int(prompt),
@@ -101,4 +115,4 @@ def timelines(rows: Iterable[Mapping[str, Any]]) -> list[RequestTimeline]:
 
 
 def _usable(row: Mapping[str, Any]) -> bool:
-    return bool(row.get("ok")) and bool(row.get("chunk_offsets_ns")) and "t_send_ns" in row
+    return bool(row.get("ok")) and "t_send_ns" in row and "t_end_ns" in row

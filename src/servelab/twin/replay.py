@@ -65,6 +65,11 @@ class ReplayRequest:
     """(end of the step, prompt tokens) for each chunk prefilled."""
     token_s: list[float] | None = None
     """Every token's time, where the caller asks for them with a list."""
+    held: tuple[float, ...] | None = None
+    """What the steps it lived through held, summed (steps, decoding requests, their
+    context, prompt tokens, steps that prefilled; a step it joined part-way counts by
+    the share it waited): its engine time is these times the step cost's terms."""
+    held_at_arrival: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,14 +102,20 @@ def replay_level(
         policy=limits.policy,
     )
     for request in requests:
-        request.sent_s = request.first_s = request.last_s = None
+        request.sent_s = request.first_s = request.last_s = request.held = None
         request.prefill_chunks = []
         if request.token_s is not None:
             request.token_s = []
     clients = _Clients(load, requests, overhead_s)
     now, steps, busy, weighted_batch = 0.0, 0, 0.0, 0.0
+    held: tuple[float, ...] = (0.0,) * 5
+    last_held, last_s = held, 0.0
     while True:
-        for request in clients.arrived(now):
+        for arrived_s, request in clients.arrived(now):
+            share = (now - arrived_s) / last_s if last_s > 0 and now - arrived_s < last_s else 0.0
+            request.held_at_arrival = tuple(
+                h - share * x for h, x in zip(held, last_held, strict=True)
+            )
             if batcher.fits(request.prompt_tokens, request.output_tokens):
                 batcher.submit(EngineRequest(request.prompt_tokens, request.output_tokens, request))
             else:  # the engine refuses it: it never gets a token
@@ -115,8 +126,19 @@ def replay_level(
             if upcoming is None:
                 break
             now = max(now, upcoming)
+            last_s = 0.0
             continue
         end = now + step.duration_s
+        prefilled = step.prefill_tokens
+        last_held = (
+            1.0,
+            len(step.decode),
+            step.decode_context_tokens,
+            prefilled,
+            1.0 if prefilled else 0.0,
+        )
+        last_s = step.duration_s
+        held = tuple(h + x for h, x in zip(held, last_held, strict=True))
         for job, chunk in step.prefill:
             job.owner.prefill_chunks.append((end, chunk))
         steps += 1
@@ -130,6 +152,7 @@ def replay_level(
             if owner.token_s is not None:
                 owner.token_s.append(end)
             if job.phase is Phase.DONE:
+                owner.held = tuple(h - x for h, x in zip(held, owner.held_at_arrival, strict=True))
                 clients.finished(owner, end)
         now = end
     return LevelReplay(
@@ -178,10 +201,12 @@ class _Clients:
         request.sent_s = at_s
         heapq.heappush(self._heap, (at_s + self._overhead, request.index, request))
 
-    def arrived(self, now_s: float) -> list[ReplayRequest]:
+    def arrived(self, now_s: float) -> list[tuple[float, ReplayRequest]]:
+        """The requests at the engine by now, with when each got there."""
         out = []
         while self._heap and self._heap[0][0] <= now_s:
-            out.append(heapq.heappop(self._heap)[2])
+            at, _, request = heapq.heappop(self._heap)
+            out.append((at, request))
         return out
 
     def next_arrival(self) -> float | None:

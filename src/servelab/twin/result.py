@@ -92,7 +92,7 @@ class TwinLevel(_Model):
 class TwinFit(_Model):
     """How the cost was fitted and how well."""
 
-    source: Literal["requests", "level summaries"]
+    source: Literal["requests", "end-to-end times", "level summaries"]
     samples: int
     requests: int
     residual_ms: float | None

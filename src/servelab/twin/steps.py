@@ -1,7 +1,8 @@
 """What each observed step held, read back from the requests' own streams.
 
 A gap between two chunks of one stream is the length of the engine step (or steps) that
-made the later chunk's tokens. Every request of the run is the client's, so what a step
+made the later chunk's tokens; a sample is a window of a few such gaps, whose length per
+token is the mean step of the window. Every request of the run is the client's, so what a step
 held is read from the same records:
 
 - decoding requests: those between their first and last chunk at the gap's middle (a
@@ -33,8 +34,13 @@ TERMS = ("base", "per_seq", "per_context_token", "per_prefill_token", "prefill_s
 """The step cost's terms, in the order of the regressors' columns."""
 
 MAX_GAPS_PER_REQUEST = 256
-"""Gaps kept from one stream, evenly spaced: a long output adds samples of the same steps
-its neighbours already give, and only the fit's time grows with them."""
+"""Windows kept from one stream, evenly spaced: a long output adds samples of the same
+steps its neighbours already give, and only the fit's time grows with them."""
+WINDOW_CHUNKS = 2
+"""Gaps per sample. A server that falls behind sends two steps' tokens at once (a gap of
+about nothing, then one of two steps): a window's length per token is right where each
+gap alone is wrong. What the window's steps held is summed gap by gap, so on a stream
+with no bursts the window changes nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +109,7 @@ def step_samples(requests: Sequence[RequestTimeline], placement: PrefillPlacemen
     token_cum = np.concatenate([[0.0], np.cumsum(token_counts[token_order])])
     prefill_times, prefill_cum = _prefill_events(requests, placement)
 
-    starts, ends, counts, owners = _gaps(requests)
+    starts, ends, counts, owners, windows = _gaps(requests)
     mid = (starts + ends) / 2
     started = np.searchsorted(order_first, mid, side="left")
     ended = np.searchsorted(last_sorted, mid, side="right")
@@ -114,52 +120,77 @@ def step_samples(requests: Sequence[RequestTimeline], placement: PrefillPlacemen
         + token_cum[np.searchsorted(token_times, mid, side="left")]
         - output_by_last[ended]
     )
-    half = (ends - starts) / 2
-    prefilled = (
-        prefill_cum[np.searchsorted(prefill_times, ends + half, side="right")]
-        - prefill_cum[np.searchsorted(prefill_times, ends - half, side="right")]
+    shift = (ends - starts) / np.maximum(counts, 1.0) / 2
+    lower = np.searchsorted(prefill_times, starts + shift, side="right")
+    upper = np.searchsorted(prefill_times, ends + shift, side="right")
+    held = np.column_stack(
+        [
+            counts,
+            decoding * counts,
+            context * counts,
+            prefill_cum[upper] - prefill_cum[lower],
+            np.minimum(upper - lower, counts),
+        ]
     )
-    regressors = np.column_stack(
-        [np.ones_like(mid), decoding, context, prefilled, (prefilled > 0).astype(float)]
-    )
-    gap = (ends - starts) / counts
-    keep = (decoding >= 1) & (gap > 0)
+    if not windows.size:
+        empty = np.empty(0)
+        return StepSamples(empty, np.empty((0, len(TERMS))), empty, np.empty(0, dtype=int))
+    first_of = np.flatnonzero(np.r_[True, windows[1:] != windows[:-1]])
+    tokens = np.add.reduceat(counts, first_of)
+    length = np.add.reduceat(ends - starts, first_of)
+    regressors = np.add.reduceat(held, first_of, axis=0) / np.maximum(tokens, 1.0)[:, None]
+    owner = owners[first_of]
+    keep = (tokens > 0) & (regressors[:, 1] >= 1) & _evenly(owner)
     return StepSamples(
-        gap_s=gap[keep],
+        gap_s=length[keep] / tokens[keep],
         regressors=regressors[keep],
-        weight=1.0 / np.maximum(decoding[keep], 1.0),
-        request=owners[keep],
+        weight=1.0 / regressors[keep, 1],
+        request=owner[keep],
     )
+
+
+def _evenly(owner: np.ndarray) -> np.ndarray:
+    """At most MAX_GAPS_PER_REQUEST windows of each request, evenly spaced."""
+    keep = np.ones(owner.size, dtype=bool)
+    _, first, count = np.unique(owner, return_index=True, return_counts=True)
+    for start, n in zip(first, count, strict=True):
+        if n > MAX_GAPS_PER_REQUEST:
+            pick = np.linspace(0, n - 1, MAX_GAPS_PER_REQUEST).astype(int)
+            keep[start : start + n] = False
+            keep[start + pick] = True
+    return keep
 
 
 def _gaps(
     requests: Sequence[RequestTimeline],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(start, end, tokens, request) of every gap before a chunk carrying tokens; a chunk
-    of none carries its gap into the next one."""
-    starts, ends, counts, owners = [], [], [], []
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, tokens, request, window) of every gap before a chunk carrying tokens,
+    in order within each request; a chunk of none carries its gap into the next one, and
+    each run of WINDOW_CHUNKS gaps of a request shares a window number."""
+    starts, ends, counts, owners, windows = [], [], [], [], []
+    window = 0
     for position, request in enumerate(requests):
         times, tokens = request.chunk_s, request.chunk_tokens
-        carrying = tokens[1:] > 0
-        chunk_ends = np.flatnonzero(carrying) + 1
+        chunk_ends = np.flatnonzero(tokens[1:] > 0) + 1
         if chunk_ends.size == 0:
             continue
         previous = np.concatenate([[0], chunk_ends[:-1]])
-        if chunk_ends.size > MAX_GAPS_PER_REQUEST:
-            pick = np.linspace(0, chunk_ends.size - 1, MAX_GAPS_PER_REQUEST).astype(int)
-            chunk_ends, previous = chunk_ends[pick], previous[pick]
         starts.append(times[previous])
         ends.append(times[chunk_ends])
         counts.append(tokens[chunk_ends].astype(float))
         owners.append(np.full(chunk_ends.size, position))
+        windows.append(window + np.arange(chunk_ends.size) // WINDOW_CHUNKS)
+        window += -(-chunk_ends.size // WINDOW_CHUNKS)
     if not starts:
         empty = np.empty(0)
-        return empty, empty, empty, np.empty(0, dtype=int)
+        none = np.empty(0, dtype=int)
+        return empty, empty, empty, none, none
     return (
         np.concatenate(starts),
         np.concatenate(ends),
         np.concatenate(counts),
         np.concatenate(owners),
+        np.concatenate(windows),
     )
 
 
