@@ -48,9 +48,10 @@
 #             4, 16, 64 (12 s levels, 512 in / 64 out) and diagnosed. The graphs case is the
 #             rerun with each other case's limit removed; kv-applied and batch-applied
 #             rerun kv and batch with diagnose's first action applied (--cb-num-blocks 48,
-#             i.e. kv_cache_tokens 12288; max_batch_tokens 1024). The run directories (without
-#             requests.jsonl) are tarred to $OUT/planted-CASE.tgz, to be kept in the repository
-#             and read by benchmarks/diagnose_accuracy.py.
+#             i.e. kv_cache_tokens 12288; max_batch_tokens 1024). The run directories (with
+#             requests.jsonl and metrics.jsonl gzipped, for the twin's fit from the streams)
+#             are tarred to $OUT/planted-CASE.tgz, to be kept in the repository and read by
+#             benchmarks/diagnose_accuracy.py and benchmarks/twin_fidelity.py.
 # Logs and results, tarred, go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -234,7 +235,7 @@ if [[ " $PARTS " == *" planted "* ]]; then
         cp "/tmp/planted-$case.yaml" "$LOGS/planted/$case/spec.yaml"
         COLUMNS=160 python3 -m servelab diagnose "$LOGS/planted/$case" \
             > "$LOGS/planted/$case/diagnose.txt" 2>&1
-        rm -f "$LOGS/planted/$case/requests.jsonl"
+        gzip -9 "$LOGS/planted/$case/requests.jsonl" "$LOGS/planted/$case/metrics.jsonl"
         grep -m 3 -E "│ [0-9] " "$LOGS/planted/$case/diagnose.txt"
         tar -C "$LOGS/planted" -czf "$OUT/planted-$case.tgz" "$case"
     done

@@ -29,10 +29,12 @@ from servelab.store import (
     PROBE_FILE,
     REQUESTS_FILE,
     TELEMETRY_FILE,
+    TWIN_FILE,
     RunDir,
     open_run,
 )
 from servelab.trace import TraceSummary
+from servelab.twin.result import TwinResult
 
 __all__ = ["ReportRun", "load_report_run"]
 
@@ -47,6 +49,8 @@ class ReportRun:
     summary: BenchSummary
     probe: ProbeReport | None = None
     diagnosis: Diagnosis | None = None
+    twin: TwinResult | None = None
+    """twin.json: the engine fitted from the run and its levels replayed (diagnose)."""
     events: LogScan | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
     telemetry_rows: list[dict[str, Any]] = field(default_factory=list)
@@ -85,6 +89,7 @@ def load_report_run(path: Path) -> ReportRun:
         summary=summary,
         probe=_optional(run, PROBE_FILE, ProbeReport, notes),
         diagnosis=_optional(run, DIAGNOSIS_FILE, Diagnosis, notes),
+        twin=_optional(run, TWIN_FILE, TwinResult, notes),
         events=_optional(run, ENGINE_EVENTS_FILE, LogScan, notes),
         records=_rows(run, REQUESTS_FILE, _is_record, notes),
         telemetry_rows=_rows(run, TELEMETRY_FILE, _is_sample, notes),

@@ -5,6 +5,7 @@ ttft_distribution, itl_distribution, gpu_timeline, engine_timeline), each with e
 overlaid in a colour of its own. A plot whose data is absent (no GPU sampled, no engine
 /metrics, no streamed request) comes back with `missing` saying why in one line; its
 `render_svg` and `render_png` raise ValueError, so a renderer shows `missing` instead.
+`tuning_plot(study)` and `twin_plot(twin, levels)` draw a study's trials and a run's twin.
 The data layer imports numpy only; matplotlib loads inside the render functions.
 """
 
@@ -13,6 +14,7 @@ from servelab.report.plots.data import (
     PLOT_KEYS,
     Band,
     Box,
+    Interval,
     Line,
     LineRole,
     Panel,
@@ -26,14 +28,17 @@ from servelab.report.plots.render import plot_id, render_png, render_svg
 from servelab.report.plots.sweep import pareto_frontier
 from servelab.report.plots.timelines import MAX_POINTS, level_windows, run_origin_ns
 from servelab.report.plots.tuning import TUNING_KEY, TUNING_PARETO_KEY, tuning_plot
+from servelab.report.plots.twin import TWIN_KEY, twin_plot
 
 __all__ = [
     "MAX_POINTS",
     "PLOT_KEYS",
     "TUNING_KEY",
     "TUNING_PARETO_KEY",
+    "TWIN_KEY",
     "Band",
     "Box",
+    "Interval",
     "Line",
     "LineRole",
     "Panel",
@@ -51,5 +56,6 @@ __all__ = [
     "run_origin_ns",
     "ttft_ms",
     "tuning_plot",
+    "twin_plot",
     "weighted_percentiles",
 ]

@@ -19,6 +19,7 @@ __all__ = [
     "BAND_GREY",
     "CATEGORY_ROW_IN",
     "DPI",
+    "INTERVAL_ALPHA",
     "LABEL_CHARS",
     "LEGEND_HEIGHT_IN",
     "LEGEND_ROW_CHARS",
@@ -42,6 +43,8 @@ DPI = 100
 BAND_GREY = "#808080"
 BAND_ALPHA = (0.07, 0.14)
 """Alternating shades, so neighbouring level bands stay apart."""
+INTERVAL_ALPHA = 0.22
+"""The shade of an interval around a line (the twin's replays' spread)."""
 
 RC: dict[RcKeyType, Any] = {
     "svg.fonttype": "path",

@@ -19,6 +19,7 @@ __all__ = [
     "PLOT_KEYS",
     "Band",
     "Box",
+    "Interval",
     "Line",
     "LineRole",
     "Panel",
@@ -130,7 +131,20 @@ class Box:
     mean: float
 
 
-Series = Line | Box
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A range around a line of one run in one panel, drawn as a shaded band: at each x,
+    from `low` to `high` (the twin's replays at the fit's bootstrap draws)."""
+
+    run: str
+    name: str
+    panel: str
+    x: tuple[float, ...]
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+
+
+Series = Line | Box | Interval
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,3 +185,6 @@ class Plot:
 
     def boxes(self) -> tuple[Box, ...]:
         return tuple(series for series in self.series if isinstance(series, Box))
+
+    def intervals(self) -> tuple[Interval, ...]:
+        return tuple(series for series in self.series if isinstance(series, Interval))

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from servelab.report.plots import _style
 from servelab.report.plots._svg import ROOT_ID, inline_svg
-from servelab.report.plots.data import Box, Line, Panel, Plot
+from servelab.report.plots.data import Box, Interval, Line, Panel, Plot
 
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
@@ -98,6 +98,9 @@ def _draw_panel(axes: Axes, plot: Plot, panel: Panel, *, top: bool, bottom: bool
     _draw_bands(axes, plot, labelled=top)
     lines = [s for s in plot.series if isinstance(s, Line) and s.panel == panel.name]
     boxes = [s for s in plot.series if isinstance(s, Box) and s.panel == panel.name]
+    for interval in plot.series:
+        if isinstance(interval, Interval) and interval.panel == panel.name:
+            _draw_interval(axes, plot, interval)
     for line in lines:
         _draw_line(axes, plot, line, beside=bool(panel.y_categories))
     if boxes:
@@ -152,6 +155,19 @@ def _draw_line(axes: Axes, plot: Plot, line: Line, *, beside: bool) -> None:
                 fontsize=7,
                 color=color,
             )
+
+
+def _draw_interval(axes: Axes, plot: Plot, interval: Interval) -> None:
+    """The range shaded in the run's colour, under its line."""
+    axes.fill_between(
+        interval.x,
+        interval.low,
+        interval.high,
+        color=_style.color(plot.runs, interval.run),
+        alpha=_style.INTERVAL_ALPHA,
+        linewidth=0,
+        label=_legend_label(plot, interval.run, interval.name),
+    )
 
 
 def _draw_bands(axes: Axes, plot: Plot, *, labelled: bool) -> None:

@@ -1,4 +1,5 @@
-"""The report's six sections, built once from the run directories as plain content."""
+"""The report's six sections, built once from the run directories as plain content, and a
+seventh after the results where the run has a twin (twin.json)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from servelab import __version__
-from servelab.report.document import Report
+from servelab.report.document import Report, Section
 from servelab.report.inputs import ReportRun
 from servelab.report.sections.engine import engine_section
 from servelab.report.sections.findings import findings_section
@@ -15,6 +16,7 @@ from servelab.report.sections.headline import headline
 from servelab.report.sections.machine import machine_section
 from servelab.report.sections.results import results_section
 from servelab.report.sections.status import status_section
+from servelab.report.sections.twin import twin_section
 from servelab.report.targets import Target
 
 __all__ = ["build_report"]
@@ -35,9 +37,14 @@ def build_report(
             machine_section(run),
             engine_section(run),
             results_section(run),
+            *_present(twin_section(run.twin, run.summary.levels)),
             findings_section(run),
             status_section(run, targets),
         ],
         generator=f"servelab {__version__}, {stamp}",
         headline=headline(run, targets),
     )
+
+
+def _present(section: Section | None) -> list[Section]:
+    return [] if section is None else [section]
