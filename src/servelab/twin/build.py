@@ -1,6 +1,9 @@
-"""The twin of a run: its step cost fitted from its own streams, its levels replayed.
+"""The twin of a run: its step cost fitted from its own records, its levels replayed.
 
-Fitting and replaying alternate. What a step prefilled is not in the client's records,
+Streamed requests are fitted by their gaps (`servelab.twin.steps`), answers that came
+whole by their end-to-end times (`servelab.twin.e2efit`), a run with no requests.jsonl
+by its level summaries (`servelab.twin.levels`). For streams, fitting and replaying
+alternate. What a step prefilled is not in the client's records,
 so the first fit places each prompt by the step budget alone; each replay then says
 where the engine, run as configured, prefilled every prompt, and the next fit places
 them there. It stops when no term moves by more than its own standard error (from the
@@ -21,15 +24,23 @@ import numpy as np
 
 from servelab.bench.results import LevelSummary
 from servelab.core.units import MS_PER_S
+from servelab.twin.compare import (
+    compare_level,
+    load_label,
+    metric_pair,
+    replayed_batch,
+    replayed_e2e_ms,
+    replayed_metrics,
+    replayed_window,
+)
 from servelab.twin.e2efit import fit_by_replay
 from servelab.twin.fit import INTERVAL, FittedCost, fit_cost, fit_cost_constant
 from servelab.twin.levels import fit_from_levels, level_requests
-from servelab.twin.metrics import METRICS, level_metrics
+from servelab.twin.metrics import METRICS
 from servelab.twin.records import LevelLoad, RequestTimeline, timelines
 from servelab.twin.replay import EngineLimits, LevelReplay, ReplayRequest, replay_level
 from servelab.twin.result import (
     TWIN_SCHEMA,
-    MetricPair,
     TwinFit,
     TwinLevel,
     TwinLimit,
@@ -216,7 +227,7 @@ def _finish(
         for d in range(min(draws, cost.draws.shape[0]))
     ]
     twin_levels = [
-        _compare(lv, replays[lv.level], [s[lv.level] for s in spread], requests)
+        compare_level(lv, replays[lv.level], [s[lv.level] for s in spread], requests)
         for lv in levels
         if lv.level in per_level
     ]
@@ -374,97 +385,6 @@ def _placement_from(
     return PrefillPlacement(tuple(chunks))
 
 
-def _compare(
-    level: LevelSummary,
-    replay: LevelReplay,
-    spread: Sequence[LevelReplay],
-    requests: Sequence[RequestTimeline],
-) -> TwinLevel:
-    measured_rows = [r for r in requests if r.level == level.level and not r.warmup]
-    streamed = all(r.streamed for r in measured_rows)
-    measured = level_metrics(
-        [r.send_s for r in measured_rows],
-        [r.first_s for r in measured_rows],
-        [r.last_s for r in measured_rows],
-        [r.output_tokens for r in measured_rows],
-        [r.prompt_tokens for r in measured_rows],
-        streamed=streamed,
-    ).values
-    prompts = {r.index: r.prompt_tokens for r in measured_rows}
-    replayed = _replayed_metrics(replay, prompts, streamed=streamed)
-    others = [_replayed_metrics(s, prompts, streamed=streamed) for s in spread]
-    by_index = {r.index: r for r in measured_rows}
-    e2e_pairs = [
-        (r.last_s - r.sent_s, by_index[r.index].last_s - by_index[r.index].send_s)
-        for r in replay.requests
-        if r.last_s is not None and r.sent_s is not None and r.index in by_index
-    ]
-    lows = sum(min(a, b) for a, b in e2e_pairs)
-    highs = sum(max(a, b) for a, b in e2e_pairs)
-    window = max(r.last_s for r in measured_rows) - min(r.send_s for r in measured_rows)
-    decoding = sum(r.last_s - r.first_s for r in measured_rows) if streamed else None
-    replayed_window = _replayed_window(replay)
-    telemetry = level.telemetry.engine if level.telemetry is not None else None
-    return TwinLevel(
-        level=level.level,
-        load=_load_label(level),
-        requests=len(measured_rows),
-        metrics={
-            name: _pair(measured[name], replayed[name], [o[name] for o in others])
-            for name in METRICS
-        },
-        explained_share=lows / highs if highs > 0 else None,
-        decode_batch_measured=decoding / window if decoding is not None and window > 0 else None,
-        decode_batch_replayed=_replayed_batch(replay, replayed_window),
-        engine_running_mean=telemetry.running_mean if telemetry is not None else None,
-        preemptions=replay.preemptions,
-    )
-
-
-def _replayed_metrics(
-    replay: LevelReplay, prompts: Mapping[int, int], *, streamed: bool = True
-) -> dict[str, float | None]:
-    done = [r for r in replay.requests if r.first_s is not None and r.sent_s is not None]
-    return level_metrics(
-        [r.sent_s or 0.0 for r in done],
-        [r.first_s or 0.0 for r in done],
-        [r.last_s or 0.0 for r in done],
-        [r.output_tokens for r in done],
-        [prompts.get(r.index, r.prompt_tokens) for r in done],
-        streamed=streamed,
-    ).values
-
-
-def _replayed_window(replay: LevelReplay) -> float:
-    done = [r for r in replay.requests if r.last_s is not None and r.sent_s is not None]
-    if not done:
-        return 0.0
-    return max(r.last_s or 0.0 for r in done) - min(r.sent_s or 0.0 for r in done)
-
-
-def _replayed_batch(replay: LevelReplay, window: float) -> float | None:
-    return replay.decode_seconds / window if window > 0 else None
-
-
-def _pair(
-    measured: float | None, replayed: float | None, others: Sequence[float | None]
-) -> MetricPair:
-    values = [v for v in others if v is not None]
-    low, high = (
-        (float(np.percentile(values, INTERVAL[0])), float(np.percentile(values, INTERVAL[1])))
-        if values
-        else (None, None)
-    )
-    error = replayed / measured - 1.0 if measured and replayed is not None else None
-    return MetricPair(measured=measured, replayed=replayed, low=low, high=high, error=error)
-
-
-def _load_label(level: LevelSummary) -> str:
-    if level.load_mode == "concurrency":
-        return f"concurrency {level.max_concurrency}"
-    return f"rate {level.request_rate:g}/s" if level.request_rate else "open loop"
-
-
 def _result(
     inputs: TwinInputs,
     fitted: FittedCost,
@@ -541,20 +461,21 @@ def _from_levels(
         if level.level not in replays:
             continue
         replay = replays[level.level]
-        replayed = _replayed_metrics(replay, {})
-        others = [_replayed_metrics(s[level.level], {}) for s in spread]
+        replayed = replayed_metrics(replay, {})
+        others = [replayed_metrics(s[level.level], {}) for s in spread]
         measured = {name: getattr(level, name) for name in METRICS}
         e2e_measured = level.median_e2e_latency_ms
-        e2e = _replayed_e2e_ms(replay)
+        e2e = replayed_e2e_ms(replay)
         telemetry = level.telemetry.engine if level.telemetry is not None else None
-        window = _replayed_window(replay)
+        window = replayed_window(replay)
         twin_levels.append(
             TwinLevel(
                 level=level.level,
-                load=_load_label(level),
+                load=load_label(level),
                 requests=level.completed or 0,
                 metrics={
-                    n: _pair(measured[n], replayed[n], [o[n] for o in others]) for n in METRICS
+                    n: metric_pair(measured[n], replayed[n], [o[n] for o in others])
+                    for n in METRICS
                 },
                 explained_share=(
                     min(e2e, e2e_measured) / max(e2e, e2e_measured)
@@ -562,7 +483,7 @@ def _from_levels(
                     else None
                 ),
                 decode_batch_measured=None,
-                decode_batch_replayed=_replayed_batch(replay, window),
+                decode_batch_replayed=replayed_batch(replay, window),
                 engine_running_mean=telemetry.running_mean if telemetry is not None else None,
                 preemptions=replay.preemptions,
             )
@@ -584,12 +505,3 @@ def _from_levels(
         ],
     )
     return _result(inputs, fitted, overhead_s, [], fit, twin_levels)
-
-
-def _replayed_e2e_ms(replay: LevelReplay) -> float | None:
-    done = [
-        r.last_s - r.sent_s
-        for r in replay.requests
-        if r.last_s is not None and r.sent_s is not None
-    ]
-    return float(np.median(done)) * MS_PER_S if done else None
