@@ -165,7 +165,9 @@ def replay_level(
 
 
 def _unbounded(requests: Sequence[ReplayRequest]) -> int:
-    return max((r.prompt_tokens for r in requests), default=1) + 1
+    """No budget: room for the longest prompt beside every request decoding (a budget
+    that counts decodes must not chunk a prompt only because it does)."""
+    return max((r.prompt_tokens for r in requests), default=1) + len(requests) + 1
 
 
 class _Clients:
