@@ -107,9 +107,10 @@ def test_servelab_run_end_to_end(demo_run: DemoRun):
         "## 4. Results",
         f"| {levels[-1]} |",
         f"The knee is at concurrency {knee.concurrency} ",
-        "## 5. Findings",
+        "## 5. Replayed against measured",
+        "## 6. Findings",
         "### Server warnings",
-        "## 6. Status",
+        "## 7. Status",
         "](plots/throughput.png)",
     ):
         assert part in report
