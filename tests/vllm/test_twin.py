@@ -5,7 +5,7 @@ end-to-end times) and replayed under the limits diagnose read.
 How close each level comes is benchmarks/twin_fidelity.py's to report (on copies of these
 runs kept under benchmarks/results/twin); here the twin must exist, say what it was
 fitted from, stay within half of every level's median E2E, and depend on the limits: the
-planted step budget, lifted in the replay, must send the heaviest level's TTFT far off.
+planted step budget, lifted in the replay, must put the heaviest level's TTFT short.
 
 `SERVELAB_KEEP_RUNS=DIR` copies each run directory there.
 """
@@ -84,8 +84,9 @@ def test_each_vllm_run_is_fitted_from_its_own_requests_and_replayed(
 
 def test_the_planted_budget_is_what_the_replay_needs(request: pytest.FixtureRequest) -> None:
     """The negative control on a real engine: the same run replayed without its 32-token
-    step budget (refitted, so the cost may absorb what it can) misses the heaviest level's
-    TTFT by more than the bar and by more than twice the configured replay."""
+    step budget (refitted, so the cost may absorb what it can) puts the heaviest level's
+    TTFT short of the measured by more than the bar, and further off than the replay under
+    the configured budget: a budget lifted can only let prompts through sooner."""
     run_dir = request.getfixturevalue("vllm_budget_rerun").planted.run_dir
     run = RunDir(run_dir)
     summary = run.load_summary(BenchSummary)
@@ -107,4 +108,4 @@ def test_the_planted_budget_is_what_the_replay_needs(request: pytest.FixtureRequ
         errors.append(twin.levels[-1].metrics["median_ttft_ms"].error)
     right, wrong = errors
     assert right is not None and wrong is not None
-    assert abs(wrong) > BAR and abs(wrong) > 2 * abs(right), errors
+    assert wrong < -BAR and wrong < right and abs(wrong) > abs(right), errors
