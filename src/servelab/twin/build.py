@@ -16,6 +16,7 @@ least-loaded level's replay leaves unexplained, and added to every request.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -91,10 +92,48 @@ def build_twin(
     requests = [r for r in timelines(inputs.rows) if r.level in {lv.level for lv in levels}]
     if not requests:
         return _from_levels(inputs, levels, draws=draws, seed=seed)
+    answers = _from_answers(inputs, levels, requests, resamples=resamples, draws=draws, seed=seed)
     streamed = [r for r in requests if r.streamed]
-    if streamed:
-        return _from_requests(inputs, levels, streamed, resamples=resamples, draws=draws, seed=seed)
-    return _from_answers(inputs, levels, requests, resamples=resamples, draws=draws, seed=seed)
+    if not streamed:
+        return answers
+    gaps = _from_requests(inputs, levels, streamed, resamples=resamples, draws=draws, seed=seed)
+    return _better(gaps, answers)
+
+
+def _better(gaps: TwinResult, answers: TwinResult) -> TwinResult:
+    """The fit whose replay comes closer to the run, saying which.
+
+    Gaps see each step, but not the steps a stream was not decoding in (a prefill behind
+    which a request's tokens arrive all at once shows as gaps of nothing); end-to-end times
+    see every step a request lived through, but not which of them cost what. Each is
+    fitted, each replays the run, and the one whose levels' median TTFT, TPOT and E2E are
+    closer to the measured (the mean of |log(replayed / measured)|) is kept."""
+    gap_miss, answer_miss = _miss(gaps), _miss(answers)
+    chosen, other = (gaps, answers) if gap_miss <= answer_miss else (answers, gaps)
+    note = (
+        f"fitted from {chosen.fit.source}, whose replay is off the measured medians by "
+        f"{min(gap_miss, answer_miss):.0%} on average (log scale), rather than "
+        f"{other.fit.source} ({max(gap_miss, answer_miss):.0%})"
+    )
+    return chosen.model_copy(update={"notes": [*chosen.notes, note]})
+
+
+_JUDGED = ("median_ttft_ms", "median_tpot_ms", "median_e2e_latency_ms")
+
+
+def _miss(twin: TwinResult) -> float:
+    """The mean |log(replayed / measured)| over the levels' judged medians."""
+    logs = [
+        abs(math.log(pair.replayed / pair.measured))
+        for level in twin.levels
+        for name in _JUDGED
+        if (pair := level.metrics.get(name)) is not None
+        and pair.measured
+        and pair.replayed
+        and pair.measured > 0
+        and pair.replayed > 0
+    ]
+    return sum(logs) / len(logs) if logs else math.inf
 
 
 def _from_requests(
