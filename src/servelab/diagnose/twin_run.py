@@ -42,11 +42,12 @@ def run_twin(files: RunFiles, conf: EngineConfig) -> tuple[TwinResult | None, st
 def twin_detail(twin: TwinResult) -> str:
     """What the twin was fitted from and how closely its replay follows the run."""
     fit = twin.fit
-    what = (
-        f"fitted from {fit.samples:,} gaps of {fit.requests:,} requests"
-        if fit.source == "requests"
-        else f"fitted from {fit.samples} level summaries (no requests.jsonl)"
-    )
+    if fit.source == "requests":
+        what = f"fitted from {fit.samples:,} gaps of {fit.requests:,} requests"
+    elif fit.source == "end-to-end times":
+        what = f"fitted from the end-to-end times of {fit.requests:,} requests"
+    else:
+        what = f"fitted from {fit.samples} level summaries (no requests.jsonl)"
     worst = []
     for name in ("median_tpot_ms", "median_ttft_ms"):
         errors = [
@@ -56,9 +57,9 @@ def twin_detail(twin: TwinResult) -> str:
             error, load = max(errors)
             worst.append(
                 f"{name.removeprefix('median_').removesuffix('_ms').upper()} "
-                f"within {error:.0%} (worst at {load})"
+                f"off by at most {error:.0%} (at {load})"
             )
-    replay = "; replayed " + ", ".join(worst) if worst else ""
+    replay = "; the replay's median " + ", ".join(worst) if worst else ""
     return f"{what}{replay}; twin.json"
 
 
