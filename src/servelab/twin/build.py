@@ -35,7 +35,7 @@ from servelab.twin.compare import (
     replayed_window,
 )
 from servelab.twin.e2efit import fit_by_replay
-from servelab.twin.fit import INTERVAL, FittedCost, fit_cost, fit_cost_constant
+from servelab.twin.fit import INTERVAL, FittedCost, fit_cost, fit_cost_constant, settled
 from servelab.twin.levels import fit_from_levels, level_requests
 from servelab.twin.metrics import METRICS
 from servelab.twin.records import LevelLoad, RequestTimeline, timelines
@@ -160,22 +160,13 @@ def _from_requests(
         placement = _placement_from(replays, requests, position, placement)
         refit = fit_cost(step_samples(requests, placement), resamples=0, seed=seed)
         rounds += 1
-        moved = [
-            abs(a.value - b.value) > max(s.stderr, 1e-9)
-            for a, b, s in zip(refit.terms, fitted.terms, first.terms, strict=True)
-        ]
+        converged = settled(refit, fitted, first)
         fitted = refit
-        if not any(moved):
-            converged = True
+        if converged:
             break
     final = fit_cost(step_samples(requests, placement), resamples=resamples, seed=seed)
     overhead = _overhead_s(per_level, levels, requests, position, final, limits)
-    notes = []
-    if not converged:
-        notes.append(
-            f"the prefill placement did not settle in {MAX_ROUNDS} rounds of fitting and "
-            "replaying: the terms still moved by more than their standard error"
-        )
+    notes = [] if converged else [_unsettled("the prefill placement")]
     fit = TwinFit(
         source="requests",
         samples=final.samples,
@@ -220,10 +211,7 @@ def _from_answers(
         "time over the steps its replay lived through, and no TTFT or TPOT is compared"
     ]
     if not fitted.converged:
-        notes.append(
-            f"the replayed steps did not settle in {MAX_ROUNDS} rounds of fitting and "
-            "replaying: the terms still moved by more than their standard error"
-        )
+        notes.append(_unsettled("the replayed steps"))
     fit = TwinFit(
         source="end-to-end times",
         samples=fitted.cost.samples,
@@ -244,6 +232,13 @@ def _from_answers(
         fitted.overhead_draws_s,
         fit,
         draws,
+    )
+
+
+def _unsettled(what: str) -> str:
+    return (
+        f"{what} did not settle in {MAX_ROUNDS} rounds of fitting and replaying: the terms "
+        "still moved by more than their standard error"
     )
 
 

@@ -20,10 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servelab.core.units import MS_PER_S
-from servelab.twin.fit import INTERVAL, FittedCost, TermFit, robust_fit
+from servelab.twin.fit import FittedCost, bootstrap, settled
 from servelab.twin.replay import LevelReplay
-from servelab.twin.steps import TERMS
 
 __all__ = ["E2eFit", "fit_by_replay"]
 
@@ -53,31 +51,25 @@ def fit_by_replay(
 ) -> E2eFit:
     """Alternate replay and regression from `start`; `measured_s` maps (level, index) to a
     request's measured send-to-last-token time."""
-    cost, overhead, yardstick = start, 0.0, None
+    cost, overhead = start, 0.0
+    yardstick: FittedCost | None = None
     rounds, converged = 0, False
     while rounds < max_rounds:
         rows, times, owners = _rows(replay(cost, overhead), measured_s)
         if not times.size:
             raise ValueError("no request of the run was replayed to its end")
         draws = resamples if yardstick is None else 0
-        fitted, fitted_draws = _regress(rows, times, owners, draws, seed)
-        new_cost = _as_cost(fitted, fitted_draws, rows.shape[0], owners)
+        new_cost = _regress(rows, times, owners, draws, seed)
         rounds += 1
         if yardstick is None:
-            yardstick = [t.stderr for t in new_cost.terms]
+            yardstick = new_cost
         else:
-            moved = [
-                abs(a.value - b.value) > max(e, 1e-9)
-                for a, b, e in zip(new_cost.terms, cost.terms, yardstick, strict=True)
-            ]
-            if not any(moved):
-                converged = True
+            converged = settled(new_cost, cost, yardstick)
         cost = new_cost
         if converged:
             break
     rows, times, owners = _rows(replay(cost, overhead), measured_s)
-    fitted, draws_all = _regress(rows, times, owners, resamples, seed)
-    final = _as_cost(fitted, draws_all, rows.shape[0], owners)
+    final = _regress(rows, times, owners, resamples, seed)
     return E2eFit(final, overhead, [], rounds, converged)
 
 
@@ -101,28 +93,10 @@ def _rows(
 
 def _regress(
     rows: np.ndarray, times: np.ndarray, owners: np.ndarray, resamples: int, seed: int
-) -> tuple[np.ndarray, np.ndarray]:
-    weight = np.ones_like(times)
-    point = robust_fit(rows, times, weight)
-    rng = np.random.default_rng(seed)
-    draws = [point]
-    for _ in range(resamples):
-        picked = rng.choice(owners, size=owners.size, replace=True)
-        draws.append(robust_fit(rows[picked], times[picked], weight[picked]))
-    return point, np.array(draws[1:] if resamples else draws)
-
-
-def _as_cost(values: np.ndarray, draws: np.ndarray, samples: int, owners: np.ndarray) -> FittedCost:
-    draws_ms = draws * MS_PER_S
-    low, high = np.percentile(draws_ms, INTERVAL, axis=0)
-    stderr = draws_ms.std(axis=0, ddof=1) if draws.shape[0] > 1 else np.zeros(len(TERMS))
-    return FittedCost(
-        terms=tuple(
-            TermFit(name, float(v), float(e), float(lo), float(hi))
-            for name, v, e, lo, hi in zip(TERMS, values * MS_PER_S, stderr, low, high, strict=True)
-        ),
-        draws=draws_ms,
-        samples=samples,
-        requests=int(np.unique(owners).size),
-        residual_ms=0.0,
+) -> FittedCost:
+    point, draws = bootstrap(
+        rows, times, np.ones_like(times), owners, resamples=resamples, seed=seed
+    )
+    return FittedCost.from_draws(
+        point, draws, samples=rows.shape[0], requests=int(np.unique(owners).size), residual_ms=0.0
     )

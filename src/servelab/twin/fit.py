@@ -29,10 +29,12 @@ __all__ = [
     "INTERVAL",
     "FittedCost",
     "TermFit",
+    "bootstrap",
     "fit_cost",
     "fit_cost_constant",
     "nonnegative_fit",
     "robust_fit",
+    "settled",
 ]
 
 HUBER_K = 1.345
@@ -84,35 +86,85 @@ class FittedCost:
             kv_capacity_tokens=kv_capacity_tokens,
         )
 
+    @classmethod
+    def from_draws(
+        cls,
+        point_s: np.ndarray,
+        draws_s: np.ndarray,
+        *,
+        samples: int,
+        requests: int,
+        residual_ms: float,
+    ) -> FittedCost:
+        """The terms at `point_s` (seconds, TERMS order) with the spread of `draws_s` (one
+        row a draw): standard error, and the INTERVAL percentiles as their interval."""
+        draws_ms = draws_s * MS_PER_S
+        low, high = np.percentile(draws_ms, INTERVAL, axis=0)
+        stderr = draws_ms.std(axis=0, ddof=1) if draws_ms.shape[0] > 1 else np.zeros(len(TERMS))
+        return cls(
+            terms=tuple(
+                TermFit(name, float(v), float(e), float(lo), float(hi))
+                for name, v, e, lo, hi in zip(
+                    TERMS, point_s * MS_PER_S, stderr, low, high, strict=True
+                )
+            ),
+            draws=draws_ms,
+            samples=samples,
+            requests=requests,
+            residual_ms=residual_ms,
+        )
+
+
+def settled(new: FittedCost, old: FittedCost, yardstick: FittedCost) -> bool:
+    """Whether no term moved from `old` to `new` by more than its standard error in
+    `yardstick` (the rounds of fitting and replaying stop there)."""
+    return not any(
+        abs(a.value - b.value) > max(s.stderr, 1e-9)
+        for a, b, s in zip(new.terms, old.terms, yardstick.terms, strict=True)
+    )
+
+
+def bootstrap(
+    x: np.ndarray,
+    y: np.ndarray,
+    weight: np.ndarray,
+    owner: np.ndarray,
+    *,
+    resamples: int,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The robust fit, and its refits on owners drawn with replacement (every row of a
+    drawn owner comes along); with no resamples the one draw is the fit itself."""
+    point = robust_fit(x, y, weight)
+    owners = np.unique(owner)
+    by_owner = _rows_by_owner(owner)
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(resamples):
+        picked = rng.choice(owners, size=owners.size, replace=True)
+        rows = np.concatenate([by_owner[o] for o in picked])
+        draws.append(robust_fit(x[rows], y[rows], weight[rows]))
+    return point, np.array(draws) if draws else point[None, :]
+
 
 def fit_cost(samples: StepSamples, *, resamples: int = 64, seed: int = 0) -> FittedCost:
     """Fit the terms to the gaps, and bootstrap them over the gaps' requests."""
     if samples.size == 0:
         raise ValueError("no gaps between chunks to fit a step cost to")
-    point = robust_fit(samples.regressors, samples.gap_s, samples.weight)
-    owners = np.unique(samples.request)
-    rng = np.random.default_rng(seed)
-    by_owner = _rows_by_owner(samples.request)
-    draws = []
-    for _ in range(resamples):
-        picked = rng.choice(owners, size=owners.size, replace=True)
-        rows = np.concatenate([by_owner[o] for o in picked])
-        draws.append(
-            robust_fit(samples.regressors[rows], samples.gap_s[rows], samples.weight[rows])
-        )
-    draws_ms = np.array(draws) * MS_PER_S if draws else point[None, :] * MS_PER_S
-    low, high = np.percentile(draws_ms, INTERVAL, axis=0)
-    stderr = draws_ms.std(axis=0, ddof=1) if len(draws) > 1 else np.zeros(len(TERMS))
-    residual = samples.gap_s - samples.regressors @ point
-    terms = tuple(
-        TermFit(name, float(v), float(e), float(lo), float(hi))
-        for name, v, e, lo, hi in zip(TERMS, point * MS_PER_S, stderr, low, high, strict=True)
+    point, draws = bootstrap(
+        samples.regressors,
+        samples.gap_s,
+        samples.weight,
+        samples.request,
+        resamples=resamples,
+        seed=seed,
     )
-    return FittedCost(
-        terms=terms,
-        draws=draws_ms,
+    residual = samples.gap_s - samples.regressors @ point
+    return FittedCost.from_draws(
+        point,
+        draws,
         samples=samples.size,
-        requests=int(owners.size),
+        requests=int(np.unique(samples.request).size),
         residual_ms=_mad_sigma(residual) * MS_PER_S,
     )
 
@@ -120,17 +172,8 @@ def fit_cost(samples: StepSamples, *, resamples: int = 64, seed: int = 0) -> Fit
 def fit_cost_constant(step_s: float) -> FittedCost:
     """A starting cost: every step `step_s` long, whatever it holds."""
     values = np.zeros(len(TERMS))
-    values[0] = step_s * MS_PER_S
-    return FittedCost(
-        terms=tuple(
-            TermFit(n, float(v), 0.0, float(v), float(v))
-            for n, v in zip(TERMS, values, strict=True)
-        ),
-        draws=values[None, :],
-        samples=0,
-        requests=0,
-        residual_ms=0.0,
-    )
+    values[0] = step_s
+    return FittedCost.from_draws(values, values[None, :], samples=0, requests=0, residual_ms=0.0)
 
 
 def _rows_by_owner(owner: np.ndarray) -> dict[int, np.ndarray]:

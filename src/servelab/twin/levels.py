@@ -20,7 +20,7 @@ import numpy as np
 
 from servelab.bench.results import LevelSummary
 from servelab.core.units import MS_PER_S
-from servelab.twin.fit import INTERVAL, FittedCost, TermFit, nonnegative_fit
+from servelab.twin.fit import FittedCost, nonnegative_fit
 from servelab.twin.replay import ReplayRequest
 from servelab.twin.steps import TERMS
 
@@ -68,16 +68,10 @@ def fit_from_levels(levels: Sequence[LevelSummary]) -> FittedCost:
     point[prefill_column] = per_prompt_s
     for draw in draws:
         draw[prefill_column] = per_prompt_s
-    draws_ms = np.array(draws) * MS_PER_S
-    low, high = np.percentile(draws_ms, INTERVAL, axis=0)
-    stderr = draws_ms.std(axis=0, ddof=1) if len(draws) > 1 else np.zeros(len(TERMS))
     residual = y + per_prompt_s * x[:, prefill_column] - x @ point
-    return FittedCost(
-        terms=tuple(
-            TermFit(name, float(v), float(e), float(lo), float(hi))
-            for name, v, e, lo, hi in zip(TERMS, point * MS_PER_S, stderr, low, high, strict=True)
-        ),
-        draws=draws_ms,
+    return FittedCost.from_draws(
+        point,
+        np.array(draws),
         samples=len(points),
         requests=sum(lv.completed or 0 for lv in levels),
         residual_ms=float(np.sqrt(np.mean(residual**2))) * MS_PER_S,
