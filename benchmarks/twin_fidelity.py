@@ -22,11 +22,11 @@ from pathlib import Path
 from servelab.diagnose import DiagnoseOptions, diagnose_run
 from servelab.store import SUMMARY_FILE, TWIN_FILE, RunDir
 from servelab.twin import TwinResult
+from servelab.twin.compare import REPRODUCED as BAR
 from servelab.twin.result import MetricPair
 
 HERE = Path(__file__).resolve().parent
 KEPT = (HERE / "gpu" / "results", HERE / "results" / "twin")
-BAR = 0.25
 COPIED = ("summary.json", "engine_events.json", "probe.json", "engine.log")
 PACKED = ("requests.jsonl", "metrics.jsonl")
 """Kept gzipped (NAME.gz) or plain."""

@@ -26,7 +26,9 @@ __all__ = [
     "Applies",
     "PredictionCheck",
     "check_applied",
+    "check_applied_all",
     "check_prediction",
+    "check_predictions",
     "parse_applies",
     "predicted_finding",
 ]
@@ -104,15 +106,40 @@ def check_applied(applies: str, run_b: Path) -> PredictionCheck:
         return _not_checked(applies, None, "not measured", f"{applies}: {exc}")
 
 
+def check_applied_all(applies: str, run_b: Path) -> list[PredictionCheck]:
+    """Every stated gain of the applied finding checked, the headline first."""
+    try:
+        return check_predictions(parse_applies(applies), run_b)
+    except ServelabError as exc:
+        return [_not_checked(applies, None, "not measured", f"{applies}: {exc}")]
+
+
 def check_prediction(applies: Applies, run_b: Path) -> PredictionCheck:
-    """Measure B against A where the finding's gain says, and judge the prediction."""
+    """Measure B against A where the finding's headline gain says, and judge it."""
+    return check_predictions(applies, run_b)[0]
+
+
+def check_predictions(applies: Applies, run_b: Path) -> list[PredictionCheck]:
+    """Measure B against A for every metric the finding stated a gain for."""
     summary_b = RunDir(run_b).load_summary(BenchSummary)
     summary_a = RunDir(applies.run).load_summary(BenchSummary)
     finding = predicted_finding(applies.run, applies.kind)
-    gain = finding.expected_gain if finding is not None else None
-    if summary_a is None or summary_b is None or gain is None:
+    gains = finding.expected_gains if finding is not None else []
+    if summary_a is None or summary_b is None or not gains:
         said = "no such finding" if finding is None else "no expected gain"
-        return _not_checked(applies.label, gain, "no interval", f"{applies.label}: {said} to check")
+        return [
+            _not_checked(applies.label, None, "no interval", f"{applies.label}: {said} to check")
+        ]
+    return [_check_gain(applies, run_b, summary_a, summary_b, gain) for gain in gains]
+
+
+def _check_gain(
+    applies: Applies,
+    run_b: Path,
+    summary_a: BenchSummary,
+    summary_b: BenchSummary,
+    gain: ExpectedGain,
+) -> PredictionCheck:
     level_a, level_b = _level(summary_a, gain.at), _level(summary_b, gain.at)
     reading = _reading(gain.metric)
     if level_a is None or level_b is None or reading is None:
@@ -152,6 +179,8 @@ _READINGS = {
     "total throughput": ("total_throughput", False),
     "output throughput": ("output_throughput", False),
     "median TTFT": ("median_ttft_ms", True),
+    "median TPOT": ("median_tpot_ms", True),
+    "median E2E": ("median_e2e_latency_ms", True),
     "single-stream tok/s": ("mean_tpot_ms", True),
 }
 """Which level field each gain metric reads, and whether less of it is more (a time)."""

@@ -134,6 +134,10 @@ class Diagnosis(BaseModel):
         description="This run applied an earlier run's finding (summary.json run.applies): "
         "that finding's expected gain against what this run measured.",
     )
+    predictions: list[PredictionCheck] = Field(
+        default_factory=list,
+        description="Every gain that finding stated, each checked; `prediction` is the first.",
+    )
 
     @property
     def top(self) -> Finding | None:

@@ -186,7 +186,14 @@ class Finding(BaseModel):
     evidence: list[Evidence]
     explanation: str = Field(description="Why this causes what was measured.")
     actions: list[Action] = Field(default_factory=list)
-    expected_gain: ExpectedGain | None = None
+    expected_gain: ExpectedGain | None = Field(
+        default=None, description="The headline gain: the first of `expected_gains`."
+    )
+    expected_gains: list[ExpectedGain] = Field(
+        default_factory=list,
+        description="Every metric the action should move, each with its interval (a "
+        "diagnosis.json written before this field has its one `expected_gain` here).",
+    )
     missing: list[str] = Field(
         default_factory=list, description="Evidence that was not available, and what it costs."
     )
@@ -198,6 +205,14 @@ class Finding(BaseModel):
         description="Share of the time it accounts for (1 - 1/expected gain, or the rule's "
         "own measure); orders findings of equal severity.",
     )
+
+    @model_validator(mode="after")
+    def _gains(self) -> Finding:
+        if self.expected_gain is not None and not self.expected_gains:
+            self.expected_gains = [self.expected_gain]
+        elif self.expected_gain is None and self.expected_gains:
+            self.expected_gain = self.expected_gains[0]
+        return self
 
 
 def combine(*weights: float) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servelab.diagnose.check import check_applied
+from servelab.diagnose.check import check_applied_all
 from servelab.diagnose.collect import collect_facts
 from servelab.diagnose.deployment import launched_spec
 from servelab.diagnose.document import CeilingPoint, ConfiguredSetting, Diagnosis, SourceStatus
@@ -19,6 +19,7 @@ from servelab.diagnose.inputs import load_run
 from servelab.diagnose.layers import gap_layers
 from servelab.diagnose.options import DiagnoseOptions
 from servelab.diagnose.rules import RULES
+from servelab.diagnose.twin_rank import rank_by_replay
 from servelab.diagnose.twin_run import run_twin
 from servelab.store import DIAGNOSIS_FILE, SUMMARY_FILE, TWIN_FILE, RunDir
 
@@ -44,11 +45,17 @@ def diagnose_run(
     run_dir = Path(path)
     files = load_run(run_dir, engine=options.engine, probe=options.probe)
     facts = collect_facts(files, options)
-    findings = rank(_discount([f for rule in RULES for f in rule(facts)]))
+    findings = _discount([f for rule in RULES for f in rule(facts)])
     twin, twin_detail = run_twin(files, facts.engine)
+    notes = list(facts.notes)
+    if twin is not None:
+        findings, replay_notes = rank_by_replay(findings, twin, facts)
+        notes += replay_notes
+    findings = rank(findings)
     sources = _sources(facts, files.events_source, files.probe_source)
     sources["twin"] = SourceStatus(available=twin is not None, detail=twin_detail)
     applies = facts.summary.run.applies
+    checks = check_applied_all(applies, run_dir) if applies else []
     diagnosis = Diagnosis(
         run_dir=str(run_dir),
         run_name=facts.summary.run.name,
@@ -60,14 +67,15 @@ def diagnose_run(
         layers=gap_layers(facts),
         ceiling=_ceiling(facts),
         sources=sources,
-        notes=facts.notes,
+        notes=notes,
         configuration=configuration(facts),
-        prediction=check_applied(applies, run_dir) if applies else None,
+        prediction=checks[0] if checks else None,
+        predictions=checks,
     )
     if write:
         run = RunDir(run_dir)
         if twin is not None:
-            run.write_json(TWIN_FILE, twin)
+            run.write_json(TWIN_FILE, twin.result)
         run.write_diagnosis(diagnosis)
     return diagnosis
 

@@ -8,12 +8,12 @@ from servelab.diagnose.engineconf import EngineConfig, Setting, knob_engine
 from servelab.diagnose.inputs import RunFiles
 from servelab.sim.policy import policy_for
 from servelab.store import REQUESTS_FILE, RunDir
-from servelab.twin import EngineLimits, TwinInputs, TwinResult, build_twin
+from servelab.twin import EngineLimits, Twin, TwinInputs, TwinResult, fit_twin
 
 __all__ = ["run_twin", "twin_detail"]
 
 
-def run_twin(files: RunFiles, conf: EngineConfig) -> tuple[TwinResult | None, str]:
+def run_twin(files: RunFiles, conf: EngineConfig) -> tuple[Twin | None, str]:
     """The twin, or None with why not; the second item says what it is in one line."""
     engine = knob_engine(files.engine)
     settings: dict[str, Setting[int] | None] = {
@@ -33,10 +33,10 @@ def run_twin(files: RunFiles, conf: EngineConfig) -> tuple[TwinResult | None, st
     }
     rows = RunDir(files.path).iter_jsonl(REQUESTS_FILE)
     try:
-        twin = build_twin(TwinInputs(files.summary.levels, rows, engine, limits, sources))
+        twin = fit_twin(TwinInputs(files.summary.levels, rows, engine, limits, sources))
     except (ValueError, ConfigError) as exc:
         return None, f"no twin: {exc}"
-    return twin, twin_detail(twin)
+    return twin, twin_detail(twin.result)
 
 
 def twin_detail(twin: TwinResult) -> str:

@@ -38,8 +38,9 @@ from servelab.twin.e2efit import fit_by_replay
 from servelab.twin.fit import INTERVAL, FittedCost, fit_cost, fit_cost_constant, settled
 from servelab.twin.levels import fit_from_levels, level_requests
 from servelab.twin.metrics import METRICS
-from servelab.twin.records import LevelLoad, RequestTimeline, timelines
-from servelab.twin.replay import EngineLimits, LevelReplay, ReplayRequest, replay_level
+from servelab.twin.model import Twin, level_load, replay_all
+from servelab.twin.records import RequestTimeline, timelines
+from servelab.twin.replay import EngineLimits, LevelReplay, ReplayRequest
 from servelab.twin.result import (
     TWIN_SCHEMA,
     TwinFit,
@@ -51,7 +52,7 @@ from servelab.twin.result import (
 )
 from servelab.twin.steps import PrefillPlacement, budget_placement, step_samples
 
-__all__ = ["MAX_ROUNDS", "TwinInputs", "build_twin", "level_load"]
+__all__ = ["MAX_ROUNDS", "TwinInputs", "build_twin", "fit_twin", "level_load"]
 
 MAX_ROUNDS = 6
 STDERR_RESAMPLES = 16
@@ -77,17 +78,15 @@ class TwinInputs:
     limit_sources: Mapping[str, str]
 
 
-def level_load(level: LevelSummary) -> LevelLoad:
-    """How a level sent its requests."""
-    if level.load_mode == "concurrency":
-        return LevelLoad(level.level, "concurrency", float(level.max_concurrency or 1))
-    return LevelLoad(level.level, "request_rate", float(level.request_rate or 0.0))
-
-
 def build_twin(
     inputs: TwinInputs, *, resamples: int = 48, draws: int = 8, seed: int = 0
 ) -> TwinResult:
     """Fit the run's engine and replay every level of it."""
+    return fit_twin(inputs, resamples=resamples, draws=draws, seed=seed).result
+
+
+def fit_twin(inputs: TwinInputs, *, resamples: int = 48, draws: int = 8, seed: int = 0) -> Twin:
+    """The run's fitted engine, ready to replay under other limits, with its twin.json."""
     levels = [lv for lv in inputs.levels if (lv.completed or 0) > 0]
     requests = [r for r in timelines(inputs.rows) if r.level in {lv.level for lv in levels}]
     if not requests:
@@ -100,7 +99,7 @@ def build_twin(
     return _better(gaps, answers)
 
 
-def _better(gaps: TwinResult, answers: TwinResult) -> TwinResult:
+def _better(gaps: Twin, answers: Twin) -> Twin:
     """The fit whose replay comes closer to the run, saying which.
 
     Gaps see each step, but not the steps a stream was not decoding in (a prefill behind
@@ -108,14 +107,15 @@ def _better(gaps: TwinResult, answers: TwinResult) -> TwinResult:
     see every step a request lived through, but not which of them cost what. Each is
     fitted, each replays the run, and the one whose levels' median TTFT, TPOT and E2E are
     closer to the measured (the mean of |log(replayed / measured)|) is kept."""
-    gap_miss, answer_miss = _miss(gaps), _miss(answers)
+    gap_miss, answer_miss = _miss(gaps.result), _miss(answers.result)
     chosen, other = (gaps, answers) if gap_miss <= answer_miss else (answers, gaps)
     note = (
-        f"fitted from {chosen.fit.source}, whose replay is off the measured medians by "
+        f"fitted from {chosen.result.fit.source}, whose replay is off the measured medians by "
         f"{min(gap_miss, answer_miss):.0%} on average (log scale), rather than "
-        f"{other.fit.source} ({max(gap_miss, answer_miss):.0%})"
+        f"{other.result.fit.source} ({max(gap_miss, answer_miss):.0%})"
     )
-    return chosen.model_copy(update={"notes": [*chosen.notes, note]})
+    result = chosen.result.model_copy(update={"notes": [*chosen.result.notes, note]})
+    return replace(chosen, result=result)
 
 
 _JUDGED = ("median_ttft_ms", "median_tpot_ms", "median_e2e_latency_ms")
@@ -144,7 +144,7 @@ def _from_requests(
     resamples: int,
     draws: int,
     seed: int,
-) -> TwinResult:
+) -> Twin:
     limits = inputs.limits
     work = _prompt_work(requests, levels)
     position = {(r.level, r.index, r.warmup): i for i, r in enumerate(requests)}
@@ -156,7 +156,7 @@ def _from_requests(
     per_level = _replay_inputs(requests, work, levels)
     while rounds < MAX_ROUNDS:
         overhead = _overhead_s(per_level, levels, requests, position, fitted, limits)
-        replays = _replay_all(per_level, levels, fitted, limits, overhead)
+        replays = replay_all(per_level, levels, fitted, limits, overhead)
         placement = _placement_from(replays, requests, position, placement)
         refit = fit_cost(step_samples(requests, placement), resamples=0, seed=seed)
         rounds += 1
@@ -189,7 +189,7 @@ def _from_answers(
     resamples: int,
     draws: int,
     seed: int,
-) -> TwinResult:
+) -> Twin:
     """Answers that came whole: the cost fitted to each request's time by replay."""
     limits = inputs.limits
     work = _prompt_work(requests, levels)
@@ -201,7 +201,7 @@ def _from_answers(
     start = fit_cost_constant(per_token)
 
     def replay(cost: FittedCost, overhead_s: float) -> dict[int, LevelReplay]:
-        return _replay_all(per_level, levels, cost, limits, overhead_s)
+        return replay_all(per_level, levels, cost, limits, overhead_s)
 
     fitted = fit_by_replay(
         start, measured, replay, max_rounds=MAX_ROUNDS, resamples=resamples, seed=seed
@@ -252,12 +252,12 @@ def _finish(
     overhead_draws_s: Sequence[float],
     fit: TwinFit,
     draws: int,
-) -> TwinResult:
+) -> Twin:
     """Replay every level at the fit and at its draws, and compare with the run."""
     limits = inputs.limits
-    replays = _replay_all(per_level, levels, cost, limits, overhead_s)
+    replays = replay_all(per_level, levels, cost, limits, overhead_s)
     spread = [
-        _replay_all(per_level, levels, cost, limits, overhead_s, draw=d)
+        replay_all(per_level, levels, cost, limits, overhead_s, draw=d)
         for d in range(min(draws, cost.draws.shape[0]))
     ]
     twin_levels = [
@@ -265,7 +265,26 @@ def _finish(
         for lv in levels
         if lv.level in per_level
     ]
-    return _result(inputs, cost, overhead_s, overhead_draws_s, fit, twin_levels)
+    return Twin(
+        result=_result(inputs, cost, overhead_s, overhead_draws_s, fit, twin_levels),
+        cost=cost,
+        overhead_s=overhead_s,
+        overhead_draws_s=list(overhead_draws_s),
+        levels=levels,
+        per_level=per_level,
+        prompts={
+            lv.level: {
+                r.index: r.prompt_tokens for r in requests if r.level == lv.level and not r.warmup
+            }
+            for lv in levels
+        },
+        streamed={
+            lv.level: all(r.streamed for r in requests if r.level == lv.level and not r.warmup)
+            for lv in levels
+        },
+        limits=limits,
+        draws=draws,
+    )
 
 
 def _prompt_work(requests: Sequence[RequestTimeline], levels: Sequence[LevelSummary]) -> list[int]:
@@ -320,28 +339,6 @@ def _replay_inputs(
     return out
 
 
-def _replay_all(
-    per_level: Mapping[int, list[ReplayRequest]],
-    levels: Sequence[LevelSummary],
-    fitted: FittedCost,
-    limits: EngineLimits,
-    overhead_s: float,
-    *,
-    draw: int | None = None,
-) -> dict[int, LevelReplay]:
-    cost = fitted.step_cost(draw, kv_capacity_tokens=limits.kv_capacity_tokens)
-    out = {}
-    for level in levels:
-        rows = per_level.get(level.level)
-        if rows is None:
-            continue
-        copies = [replace(r, prefill_chunks=[]) for r in rows]
-        out[level.level] = replay_level(
-            level_load(level), copies, step_cost=cost, limits=limits, overhead_s=overhead_s
-        )
-    return out
-
-
 def _lowest_load(levels: Sequence[LevelSummary], per_level: Mapping[int, Any]) -> LevelSummary:
     present = [lv for lv in levels if lv.level in per_level]
     return min(present, key=lambda lv: (lv.concurrency or float("inf"), lv.level))
@@ -358,7 +355,7 @@ def _ttft_gaps(
 ) -> np.ndarray:
     """Measured TTFT less replayed TTFT (no overhead) at the least-loaded level."""
     lowest = _lowest_load(levels, per_level)
-    replay = _replay_all(
+    replay = replay_all(
         {lowest.level: per_level[lowest.level]}, [lowest], fitted, limits, 0.0, draw=draw
     )[lowest.level]
     gaps = []
@@ -475,9 +472,7 @@ def _result(
     )
 
 
-def _from_levels(
-    inputs: TwinInputs, levels: list[LevelSummary], *, draws: int, seed: int
-) -> TwinResult:
+def _from_levels(inputs: TwinInputs, levels: list[LevelSummary], *, draws: int, seed: int) -> Twin:
     """No requests.jsonl: fit each level's median TPOT to what its steps held on average,
     and replay requests of the level's mean sizes."""
     fitted = fit_from_levels(levels)
@@ -485,9 +480,9 @@ def _from_levels(
     per_level = {k: v for k, v in per_level.items() if v}
     limits = inputs.limits
     overhead_s = 0.0
-    replays = _replay_all(per_level, levels, fitted, limits, overhead_s)
+    replays = replay_all(per_level, levels, fitted, limits, overhead_s)
     spread = [
-        _replay_all(per_level, levels, fitted, limits, overhead_s, draw=d)
+        replay_all(per_level, levels, fitted, limits, overhead_s, draw=d)
         for d in range(min(draws, fitted.draws.shape[0]))
     ]
     twin_levels = []
@@ -538,4 +533,15 @@ def _from_levels(
             "intervals are leave-one-level-out"
         ],
     )
-    return _result(inputs, fitted, overhead_s, [], fit, twin_levels)
+    return Twin(
+        result=_result(inputs, fitted, overhead_s, [], fit, twin_levels),
+        cost=fitted,
+        overhead_s=overhead_s,
+        overhead_draws_s=[],
+        levels=levels,
+        per_level=per_level,
+        prompts={},
+        streamed={lv.level: True for lv in levels},
+        limits=limits,
+        draws=draws,
+    )

@@ -16,6 +16,7 @@ from servelab.twin.replay import LevelReplay
 from servelab.twin.result import MetricPair, TwinLevel
 
 __all__ = [
+    "REPRODUCED",
     "compare_level",
     "load_label",
     "metric_pair",
@@ -24,6 +25,11 @@ __all__ = [
     "replayed_metrics",
     "replayed_window",
 ]
+
+REPRODUCED = 0.25
+"""A replayed metric within this share of the measured one reproduces it: the bar the
+twin's fidelity is reported against (docs/TWIN.md), and the one diagnose trusts a replay's
+ranking of the limits by."""
 
 
 def compare_level(

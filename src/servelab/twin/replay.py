@@ -83,6 +83,12 @@ class LevelReplay:
     """Decoding requests times the length of their steps, summed: over the level's length,
     the mean decode batch."""
     preemptions: int
+    prefill_steps: int = 0
+    prefill_tokens: int = 0
+    most_prefill: int = 0
+    """The most prompt tokens one step prefilled."""
+    most_decoding: int = 0
+    """The most requests one step decoded."""
 
 
 def replay_level(
@@ -108,6 +114,7 @@ def replay_level(
             request.token_s = []
     clients = _Clients(load, requests, overhead_s)
     now, steps, busy, weighted_batch = 0.0, 0, 0.0, 0.0
+    prefill_steps, prefill_tokens, most_prefill, most_decoding = 0, 0, 0, 0
     held: tuple[float, ...] = (0.0,) * 5
     last_held, last_s = held, 0.0
     while True:
@@ -138,6 +145,11 @@ def replay_level(
             1.0 if prefilled else 0.0,
         )
         last_s = step.duration_s
+        if prefilled:
+            prefill_steps += 1
+            prefill_tokens += prefilled
+            most_prefill = max(most_prefill, prefilled)
+        most_decoding = max(most_decoding, len(step.decode))
         held = tuple(h + x for h, x in zip(held, last_held, strict=True))
         for job, chunk in step.prefill:
             job.owner.prefill_chunks.append((end, chunk))
@@ -161,6 +173,10 @@ def replay_level(
         busy_s=busy,
         decode_seconds=weighted_batch,
         preemptions=batcher.preemptions,
+        prefill_steps=prefill_steps,
+        prefill_tokens=prefill_tokens,
+        most_prefill=most_prefill,
+        most_decoding=most_decoding,
     )
 
 

@@ -1,0 +1,278 @@
+"""The engine's limits ranked by the twin: each lifted in the replay, the one whose
+lifting moves the objective most named as binding, and every action on a limit given the
+replay at its new value as its expected gain.
+
+The rules for the running cap, the KV cache and the step budget still read their signals;
+where the twin replays the run, those signals are evidence and the replay decides. A limit
+the replay says binds is a finding even where its rule's checks did not fire; a limit whose
+lifting moves nothing is set but not binding. Where a lift's gain is within the replay's
+own miss of the run, the replay cannot speak for that limit, the rule's finding stands as
+it was, and the diagnosis says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from servelab.diagnose.actions import knob_action
+from servelab.diagnose.facts import RunFacts
+from servelab.diagnose.findings import Evidence, ExpectedGain, Finding, FindingKind, Severity
+from servelab.twin import Twin
+from servelab.twin.compare import REPRODUCED
+from servelab.twin.lifting import (
+    Lift,
+    Objective,
+    changes_text,
+    lift_limits,
+    metric_name,
+)
+from servelab.twin.whatif import Forecast, WhatIf, what_if
+
+__all__ = ["LIMIT_KINDS", "expected_gains", "rank_by_replay"]
+
+LIMIT_KINDS = {
+    "running_cap": FindingKind.RUNNING_REQUEST_CAP,
+    "kv_capacity_tokens": FindingKind.KV_CAPACITY,
+    "batch_tokens": FindingKind.BATCH_TOKEN_BUDGET,
+}
+_KNOB_LIMITS = {
+    "max_running_requests": "running_cap",
+    "kv_cache_tokens": "kv_capacity_tokens",
+    "max_batch_tokens": "batch_tokens",
+    "chunked_prefill_size": "batch_tokens",
+}
+_LIMIT_KNOBS = {
+    "running_cap": "max_running_requests",
+    "kv_capacity_tokens": "kv_cache_tokens",
+    "batch_tokens": "max_batch_tokens",
+}
+_STATED = ("median_ttft_ms", "median_tpot_ms", "median_e2e_latency_ms", "total_throughput")
+_LOWER_IS_BETTER = {"median_ttft_ms", "median_tpot_ms", "median_e2e_latency_ms"}
+_SOURCE = "twin replay"
+_REPLAY_CONFIDENCE = 0.8
+"""A finding the replay alone raised: one source, a model of the engine fitted to the run;
+below what several independent signals give (`combine` stops at 0.95)."""
+
+
+def rank_by_replay(
+    findings: Sequence[Finding], twin: Twin, facts: RunFacts
+) -> tuple[list[Finding], list[str]]:
+    """The findings with each set limit's lift applied, and notes on what the replay said."""
+    if twin.result.fit.source == "level summaries":
+        return list(findings), [
+            "the twin was fitted from level summaries alone (no requests.jsonl), whose "
+            "replay runs requests of each level's mean sizes: the limits are not ranked by "
+            "it, and each limit's rule stands as it read the run"
+        ]
+    objective = Objective.of(twin.levels, facts.knee.concurrency)
+    lifts = lift_limits(twin, objective)
+    misses = sorted({m for lift in lifts for m in lift.misses})
+    if misses:
+        return list(findings), [
+            f"the replay does not reproduce the run where the objective is read "
+            f"({'; '.join(misses)}; the bar is {REPRODUCED:.0%}): the limits are not ranked "
+            "by it, and the signals from outside the engine (host, client, CPU) and each "
+            "limit's rule stand as they read the run"
+        ]
+    out = list(findings)
+    notes: list[str] = []
+    top = next((lift for lift in lifts if lift.binding), None)
+    for lift in lifts:
+        kind = LIMIT_KINDS[lift.limit]
+        existing = next((f for f in out if f.kind is kind), None)
+        if lift.too_small:
+            notes.append(
+                f"lifting {lift.limit} in the replay moves {'; '.join(lift.gains())}, no "
+                "more than the replay misses the run there: the replay cannot rank it, "
+                f"and {kind.value}'s own signals stand"
+            )
+            continue
+        if lift.binding:
+            severity = Severity.CRITICAL if lift is top else Severity.WARNING
+            finding = _binding(existing, lift, severity, facts, twin)
+        else:
+            finding = _not_binding(existing, lift)
+        out = [f for f in out if f is not existing] + [finding]
+    return out, notes
+
+
+def expected_gains(
+    twin: Twin, finding: Finding, at_level: int
+) -> tuple[list[ExpectedGain], WhatIf | None]:
+    """The replay at the value of the finding's first limit action, for each metric it
+    moves at `at_level`."""
+    change = _action_change(finding)
+    if change is None:
+        return [], None
+    whatif = what_if(twin, dict([change]), metrics=_STATED)
+    gains = []
+    for metric in _STATED:
+        forecast = whatif.forecast(at_level, metric)
+        if forecast is None or not _moves(forecast):
+            continue
+        gains.append(_gain(forecast, whatif, change))
+    return gains, whatif
+
+
+def _action_change(finding: Finding) -> tuple[str, int] | None:
+    for action in finding.actions:
+        limit = _KNOB_LIMITS.get(action.knob or "")
+        if limit is not None and isinstance(action.value, int) and action.available:
+            return limit, action.value
+    return None
+
+
+def _moves(forecast: Forecast) -> bool:
+    """The draws agree the metric moves (its interval leaves out no change)."""
+    assert forecast.low is not None and forecast.high is not None
+    return forecast.low > 1 or forecast.high < 1
+
+
+def _gain(forecast: Forecast, whatif: WhatIf, change: tuple[str, int]) -> ExpectedGain:
+    assert forecast.factor is not None and forecast.low is not None
+    assert forecast.high is not None
+    lower = forecast.metric in _LOWER_IS_BETTER
+    factor = 1 / forecast.factor if lower else forecast.factor
+    low, high = (1 / forecast.high, 1 / forecast.low) if lower else (forecast.low, forecast.high)
+    reach = f"; extrapolated: {whatif.extrapolated[0]}" if whatif.extrapolated else ""
+    return ExpectedGain(
+        factor=round(factor, 3),
+        metric=metric_name(forecast.metric),
+        at=_at(forecast.load),
+        source=f"the twin's replay at {changes_text(dict([change]))}",
+        text=(
+            f"{metric_name(forecast.metric)} {factor:.2f}x ({low:.2f}-{high:.2f}) at "
+            f"{_at(forecast.load)}, the run's levels replayed at "
+            f"{changes_text(dict([change]))}{reach}"
+        ),
+        low=round(low, 3),
+        high=round(high, 3),
+    )
+
+
+def _at(load: str) -> str:
+    """The twin's 'rate R/s' as the rules' 'R req/s'."""
+    if load.startswith("rate ") and load.endswith("/s"):
+        return f"{load.removeprefix('rate ').removesuffix('/s')} req/s"
+    return load
+
+
+def _binding(
+    existing: Finding | None, lift: Lift, severity: Severity, facts: RunFacts, twin: Twin
+) -> Finding:
+    lifted = "no limit" if lift.lifted is None else f"{lift.lifted:,}"
+    evidence = [
+        Evidence(
+            what=f"{lift.limit} lifted from {lift.value:,} to {lifted} in the replay",
+            value="; ".join(lift.gains()),
+            source=_SOURCE,
+        ),
+        *[
+            Evidence(what="a trade: it makes worse", value=t, source=_SOURCE, supports=False)
+            for t in lift.trades
+        ],
+    ]
+    said = (
+        f"Replayed with {lift.limit} lifted ({lifted}) and every other limit as set, the run "
+        f"moves: {'; '.join(lift.gains())}."
+    )
+    if lift.trades:
+        said += f" It is a trade: {'; '.join(lift.trades)}."
+    finding = existing or _raised(lift, facts, twin)
+    gains, whatif = expected_gains(twin, finding, _objective_level(lift))
+    missing = list(finding.missing)
+    if whatif is not None and whatif.extrapolated:
+        missing.append(f"extrapolated: {whatif.extrapolated[0]}")
+    if whatif is not None:
+        missing += whatif.notes
+    update: dict[str, object] = {
+        "severity": severity,
+        "impact": round(1 - math.exp(-lift.score), 3),
+        "evidence": [*evidence, *finding.evidence],
+        "explanation": f"{said} {finding.explanation}".strip(),
+        "missing": missing,
+    }
+    if gains:
+        said_before = finding.expected_gain.metric if finding.expected_gain else None
+        gains.sort(key=lambda g: g.metric != said_before)
+        update["expected_gain"] = gains[0]
+        update["expected_gains"] = gains
+    return finding.model_copy(update=update)
+
+
+def _objective_level(lift: Lift) -> int:
+    forecast = lift.latency or lift.throughput
+    assert forecast is not None
+    return forecast.level
+
+
+def _raised(lift: Lift, facts: RunFacts, twin: Twin) -> Finding:
+    """A finding for a limit the replay says binds where its rule raised none."""
+    kind = LIMIT_KINDS[lift.limit]
+    value = lift.lifted if lift.lifted is not None else _needed(twin, lift.limit)
+    action = knob_action(
+        facts.engine,
+        _LIMIT_KNOBS[lift.limit],
+        value,
+        f"lift {lift.limit} to what the heaviest level uses",
+    )
+    return Finding(
+        kind=kind,
+        title=f"{lift.limit} ({lift.value:,}) binds: lifting it moves the run in the replay",
+        severity=Severity.WARNING,
+        confidence=_REPLAY_CONFIDENCE,
+        evidence=[],
+        explanation="",
+        actions=[action],
+        levels=[lv.level for lv in twin.levels],
+    )
+
+
+def _needed(twin: Twin, limit: str) -> int:
+    """What the heaviest level's requests need of a limit with no natural ceiling: the
+    step budget, its longest prompt beside every request decoding; the cache, every
+    request of the level held at once at its full length."""
+    rows = [r for requests in twin.per_level.values() for r in requests]
+    if limit == "batch_tokens":
+        longest = max((r.prompt_tokens for r in rows), default=1)
+        return longest + max((lv.max_concurrency or 1 for lv in twin.levels), default=1)
+    held = max(
+        (
+            sum(r.prompt_tokens + r.output_tokens for r in requests)
+            for requests in twin.per_level.values()
+        ),
+        default=1,
+    )
+    return held
+
+
+def _not_binding(existing: Finding | None, lift: Lift) -> Finding:
+    lifted = "no limit" if lift.lifted is None else f"{lift.lifted:,}"
+    evidence = Evidence(
+        what=f"{lift.limit} lifted from {lift.value:,} to {lifted} in the replay",
+        value="; ".join(lift.gains()) or "nothing moves",
+        source=_SOURCE,
+        supports=False,
+    )
+    kind = LIMIT_KINDS[lift.limit]
+    title = f"{lift.limit} ({lift.value:,}) is set but not binding"
+    said = f"Replayed with {lift.limit} lifted ({lifted}), the objective does not move."
+    if existing is None:
+        return Finding(
+            kind=kind,
+            title=title,
+            severity=Severity.INFO,
+            confidence=_REPLAY_CONFIDENCE,
+            evidence=[evidence],
+            explanation=said,
+        )
+    return existing.model_copy(
+        update={
+            "title": f"{title} (its rule read: {existing.title})",
+            "severity": Severity.INFO,
+            "impact": 0.0,
+            "evidence": [evidence, *existing.evidence],
+            "explanation": f"{said} {existing.explanation}",
+        }
+    )

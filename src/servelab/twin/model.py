@@ -1,0 +1,130 @@
+"""The fitted twin as something to run: its cost, its draws and the run's own workload,
+replayed under any limits (the ones the run had, or ones it is asked about)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from servelab.bench.results import LevelSummary
+from servelab.sim.stepcost import LinearStepCost, StepCost
+from servelab.twin.compare import replayed_batch, replayed_metrics, replayed_window
+from servelab.twin.fit import FittedCost
+from servelab.twin.records import LevelLoad
+from servelab.twin.replay import EngineLimits, LevelReplay, ReplayRequest, replay_level
+from servelab.twin.result import TwinResult
+
+__all__ = ["Reading", "ReplayedLevel", "Twin", "level_load", "replay_all"]
+
+Reading = Callable[[LinearStepCost], StepCost]
+"""Another reading of a fitted cost: one the run cannot tell from the fit, which differs
+from it only where the run has no steps (`servelab.twin.whatif`)."""
+
+
+def level_load(level: LevelSummary) -> LevelLoad:
+    """How a level sent its requests."""
+    if level.load_mode == "concurrency":
+        return LevelLoad(level.level, "concurrency", float(level.max_concurrency or 1))
+    return LevelLoad(level.level, "request_rate", float(level.request_rate or 0.0))
+
+
+def replay_all(
+    per_level: Mapping[int, list[ReplayRequest]],
+    levels: Sequence[LevelSummary],
+    fitted: FittedCost,
+    limits: EngineLimits,
+    overhead_s: float,
+    *,
+    draw: int | None = None,
+    reading: Reading | None = None,
+) -> dict[int, LevelReplay]:
+    """Every level replayed at the fit (or one of its bootstrap draws)."""
+    linear = fitted.step_cost(draw, kv_capacity_tokens=limits.kv_capacity_tokens)
+    cost: StepCost = reading(linear) if reading is not None else linear
+    out = {}
+    for level in levels:
+        rows = per_level.get(level.level)
+        if rows is None:
+            continue
+        copies = [replace(r, prefill_chunks=[]) for r in rows]
+        out[level.level] = replay_level(
+            level_load(level), copies, step_cost=cost, limits=limits, overhead_s=overhead_s
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedLevel:
+    """One level replayed: its metrics at the fit and at each draw, and what it held."""
+
+    level: int
+    metrics: dict[str, float | None]
+    draws: list[dict[str, float | None]]
+    decode_batch: float | None
+    preemptions: int
+    refused: int
+    """Requests the engine could not take at all (larger than its cache)."""
+    prefill_steps: int
+    prefill_tokens: int
+    most_prefill: int
+    most_decoding: int
+
+
+@dataclass(frozen=True)
+class Twin:
+    """A run's fitted engine, able to replay the run's levels under other limits."""
+
+    result: TwinResult
+    cost: FittedCost
+    overhead_s: float
+    overhead_draws_s: Sequence[float]
+    levels: Sequence[LevelSummary]
+    per_level: Mapping[int, list[ReplayRequest]]
+    prompts: Mapping[int, Mapping[int, int]]
+    """Each level's requests' prompt tokens as sent (the metrics count them all)."""
+    streamed: Mapping[int, bool]
+    limits: EngineLimits
+    draws: int
+
+    def replay(
+        self, limits: EngineLimits | None = None, reading: Reading | None = None
+    ) -> dict[int, ReplayedLevel]:
+        """Every level under `limits` (the run's own by default), at the fit and its draws."""
+        limits = limits or self.limits
+        point = replay_all(
+            self.per_level, self.levels, self.cost, limits, self.overhead_s, reading=reading
+        )
+        count = min(self.draws, self.cost.draws.shape[0])
+        spread = [
+            replay_all(
+                self.per_level,
+                self.levels,
+                self.cost,
+                limits,
+                self._overhead(d),
+                draw=d,
+                reading=reading,
+            )
+            for d in range(count)
+        ]
+        out = {}
+        for level, replay in point.items():
+            prompts, streamed = self.prompts.get(level, {}), self.streamed.get(level, True)
+            out[level] = ReplayedLevel(
+                level=level,
+                metrics=replayed_metrics(replay, prompts, streamed=streamed),
+                draws=[replayed_metrics(s[level], prompts, streamed=streamed) for s in spread],
+                decode_batch=replayed_batch(replay, replayed_window(replay)),
+                preemptions=replay.preemptions,
+                refused=sum(1 for r in replay.requests if r.first_s is None),
+                prefill_steps=replay.prefill_steps,
+                prefill_tokens=replay.prefill_tokens,
+                most_prefill=replay.most_prefill,
+                most_decoding=replay.most_decoding,
+            )
+        return out
+
+    def _overhead(self, draw: int) -> float:
+        if draw < len(self.overhead_draws_s):
+            return self.overhead_draws_s[draw]
+        return self.overhead_s

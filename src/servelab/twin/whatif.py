@@ -1,0 +1,249 @@
+"""What a change of limits would do: the run's own levels replayed at the new values.
+
+A prediction is a ratio of two replays of the same twin, the run's limits against the new
+ones, so a bias the twin has on this run cancels; the measured value times that ratio is
+the predicted value. Its interval is the spread of the same ratio over the fit's
+bootstrap draws.
+
+Where the new limits make steps the run never had, the fit is a line carried past its
+last point, and the run cannot say how the step grows there. Two readings of the cost
+agree with the run on every step it had and part only beyond it:
+
+- steps that prefill more prompt tokens than any step of the run: the fit, against a
+  reading in which a decode step costs what the least-loaded level measured and a
+  prefilling step's cost grows with its prompt tokens;
+- steps that decode more requests than any step of the run: the fit's line, against a
+  step that costs no more than at the largest batch the run held.
+
+Neither reading is favoured: the predicted ratio is their geometric middle, the interval
+spans both readings' draws, and the forecast says "extrapolated" and why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from servelab.sim.stepcost import LinearStepCost
+from servelab.twin.compare import load_label
+from servelab.twin.fit import INTERVAL
+from servelab.twin.metrics import METRICS
+from servelab.twin.model import Reading, ReplayedLevel, Twin
+from servelab.twin.replay import EngineLimits
+
+__all__ = ["LIMIT_NAMES", "Forecast", "WhatIf", "what_if"]
+
+LIMIT_NAMES = ("running_cap", "kv_capacity_tokens", "batch_tokens")
+"""The limits a replay can change (`servelab.twin.replay.EngineLimits`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """One metric of one level: measured, and what the new limits should make of it."""
+
+    level: int
+    load: str
+    metric: str
+    measured: float | None
+    predicted: float | None
+    """The measured value times `factor` (the replay's own value where none was measured)."""
+    factor: float | None
+    """New / old, from the replays."""
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The run's levels replayed under changed limits."""
+
+    changes: Mapping[str, int | None]
+    forecasts: list[Forecast]
+    extrapolated: list[str]
+    """Why the prediction reaches past what the run measured; empty when it does not."""
+    refused: int
+    """Requests the new limits could not take at all."""
+    notes: list[str]
+
+    def forecast(self, level: int, metric: str) -> Forecast | None:
+        return next((f for f in self.forecasts if f.level == level and f.metric == metric), None)
+
+
+def what_if(
+    twin: Twin, changes: Mapping[str, int | None], *, metrics: Sequence[str] = METRICS
+) -> WhatIf:
+    """Every level of the run replayed with `changes` applied to its limits."""
+    unknown = set(changes) - set(LIMIT_NAMES)
+    if unknown:
+        raise ValueError(f"no such limit: {', '.join(sorted(unknown))}")
+    values = {name: getattr(twin.limits, name) for name in LIMIT_NAMES} | dict(changes)
+    new_limits = EngineLimits(
+        policy=twin.limits.policy,
+        running_cap=values["running_cap"],
+        kv_capacity_tokens=values["kv_capacity_tokens"],
+        batch_tokens=values["batch_tokens"],
+    )
+    before = twin.replay()
+    after = twin.replay(new_limits)
+    readings: list[tuple[dict[int, ReplayedLevel], dict[int, ReplayedLevel]]] = [(before, after)]
+    extrapolated = []
+    for why, reading in _other_readings(twin, before, after):
+        extrapolated.append(why)
+        readings.append((twin.replay(reading=reading), twin.replay(new_limits, reading)))
+    forecasts = [
+        _forecast(twin, level, metric, readings) for level in sorted(after) for metric in metrics
+    ]
+    notes = []
+    if "kv_capacity_tokens" in changes:
+        notes.append(
+            "a cache of another size can change the step itself (the attention kernels "
+            "address a larger pool); one run cannot show that"
+        )
+    return WhatIf(
+        changes=dict(changes),
+        forecasts=[f for f in forecasts if f is not None],
+        extrapolated=extrapolated,
+        refused=sum(lv.refused for lv in after.values()),
+        notes=notes,
+    )
+
+
+def _forecast(
+    twin: Twin,
+    level: int,
+    metric: str,
+    readings: Sequence[tuple[Mapping[int, ReplayedLevel], Mapping[int, ReplayedLevel]]],
+) -> Forecast | None:
+    points, lows, highs = [], [], []
+    for before, after in readings:
+        old, new = before.get(level), after.get(level)
+        if old is None or new is None:
+            return None
+        point = _ratio(old.metrics.get(metric), new.metrics.get(metric))
+        if point is None:
+            return None
+        ratios = [
+            r
+            for a, b in zip(old.draws, new.draws, strict=True)
+            if (r := _ratio(a.get(metric), b.get(metric))) is not None
+        ]
+        points.append(point)
+        lows.append(min(float(np.percentile(ratios, INTERVAL[0])), point) if ratios else point)
+        highs.append(max(float(np.percentile(ratios, INTERVAL[1])), point) if ratios else point)
+    factor = math.exp(sum(math.log(p) for p in points) / len(points))
+    summary = next((lv for lv in twin.levels if lv.level == level), None)
+    measured = getattr(summary, metric, None) if summary is not None else None
+    fallback = readings[0][1][level].metrics.get(metric)
+    return Forecast(
+        level=level,
+        load=load_label(summary) if summary is not None else str(level),
+        metric=metric,
+        measured=measured,
+        predicted=measured * factor if measured else fallback,
+        factor=factor,
+        low=min(lows),
+        high=max(highs),
+    )
+
+
+def _ratio(old: float | None, new: float | None) -> float | None:
+    if old is None or new is None or old <= 0 or new <= 0:
+        return None
+    return new / old
+
+
+def _other_readings(
+    twin: Twin, before: Mapping[int, ReplayedLevel], after: Mapping[int, ReplayedLevel]
+) -> list[tuple[str, Reading]]:
+    """The readings that part from the fit only where the new limits reach past the run."""
+    out: list[tuple[str, Reading]] = []
+    run_prefill = max((lv.most_prefill for lv in before.values()), default=0)
+    new_prefill = max((lv.most_prefill for lv in after.values()), default=0)
+    steps = sum(lv.prefill_steps for lv in before.values())
+    if new_prefill > run_prefill > 0 and steps:
+        chunk = sum(lv.prefill_tokens for lv in before.values()) / steps
+        decode_ms = _decode_step_ms(twin, before)
+        measured = (
+            f"a decode step costs what the least-loaded level measured ({decode_ms:.3g} ms)"
+            if decode_ms is not None
+            else "a decode step costs what the fit says"
+        )
+        out.append(
+            (
+                f"steps would prefill up to {new_prefill:,} prompt tokens, where the run's "
+                f"prefilled at most {run_prefill:,}: how a step's cost grows with its prompt "
+                f"tokens past that is not in the run, so the interval spans the fit and a "
+                f"reading in which {measured} and a prefilling step's cost grows in "
+                f"proportion to its prompt tokens (the run's mean chunk: {chunk:,.0f})",
+                _per_token(chunk, decode_ms),
+            )
+        )
+    run_batch = max((lv.most_decoding for lv in before.values()), default=0)
+    new_batch = max((lv.most_decoding for lv in after.values()), default=0)
+    if new_batch > run_batch > 0:
+        out.append(
+            (
+                f"steps would decode up to {new_batch} requests, where the run's decoded at "
+                f"most {run_batch}: past that the interval spans the fit's line and a step "
+                f"that costs no more than at {run_batch}",
+                _flat_beyond(run_batch),
+            )
+        )
+    return out
+
+
+def _decode_step_ms(twin: Twin, before: Mapping[int, ReplayedLevel]) -> float | None:
+    """The least-loaded level's measured median TPOT, where its tokens streamed."""
+    present = [lv for lv in twin.levels if lv.level in before]
+    if not present:
+        return None
+    lowest = min(present, key=lambda lv: (lv.concurrency or math.inf, lv.level))
+    tpot = lowest.median_tpot_ms
+    return tpot if tpot and tpot > 0 else None
+
+
+def _per_token(chunk: float, decode_ms: float | None) -> Reading:
+    """A prefilling step's cost beyond a decode step, per prompt token; equal to the fit at
+    the run's mean chunk."""
+
+    def read(cost: LinearStepCost) -> LinearStepCost:
+        base = cost.base_ms
+        if decode_ms is not None:
+            base = min(base, max(decode_ms - cost.per_seq_ms, 0.0))
+        moved = cost.base_ms - base + cost.prefill_step_ms
+        return replace(
+            cost,
+            base_ms=base,
+            per_prefill_token_ms=cost.per_prefill_token_ms + moved / chunk,
+            prefill_step_ms=0.0,
+        )
+
+    return read
+
+
+@dataclass(frozen=True, slots=True)
+class _FlatBeyond:
+    """The fitted cost up to `batch` decoding requests; past it, a step costs as at `batch`."""
+
+    inner: LinearStepCost
+    batch: int
+
+    @property
+    def kv_capacity_tokens(self) -> int | None:
+        return self.inner.kv_capacity_tokens
+
+    def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
+        if decode_batch <= self.batch:
+            return self.inner.step_s(decode_batch, decode_context_tokens, prefill_tokens)
+        context = round(decode_context_tokens * self.batch / decode_batch)
+        return self.inner.step_s(self.batch, context, prefill_tokens)
+
+
+def _flat_beyond(batch: int) -> Reading:
+    def read(cost: LinearStepCost) -> _FlatBeyond:
+        return _FlatBeyond(cost, batch)
+
+    return read
