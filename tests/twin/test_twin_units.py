@@ -8,95 +8,20 @@ context in every step) must come out with a wide interval, not a confident wrong
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
 import pytest
 
-from servelab.bench.load import LevelSpec, LoadMode
-from servelab.bench.metrics import WorkerStats, compute_level
-from servelab.bench.records import RequestRecord
 from servelab.bench.results import LevelSummary
-from servelab.core.units import NS_PER_S
 from servelab.sim.policy import EXACT_RESERVE, policy_for
 from servelab.sim.stepcost import LinearStepCost
 from servelab.twin import EngineLimits, TwinInputs, build_twin
 from servelab.twin.records import LevelLoad
 from servelab.twin.replay import ReplayRequest, replay_level
-
-PLANTED = LinearStepCost(
-    base_ms=6.0,
-    per_seq_ms=0.25,
-    per_context_token_ms=0.002,
-    per_prefill_token_ms=0.015,
-    prefill_step_ms=1.5,
-)
-OVERHEAD_S = 0.003
-LIMITS = EngineLimits(EXACT_RESERVE, running_cap=12, batch_tokens=512)
-
-
-def _requests(count: int, seed: int, *, prompt: tuple[int, int], output: tuple[int, int]):
-    rng = np.random.default_rng(seed)
-    return [
-        ReplayRequest(
-            index=i,
-            prompt_tokens=int(rng.integers(*prompt)),
-            output_tokens=int(rng.integers(*output)),
-            send_s=0.0,
-            token_s=[],
-        )
-        for i in range(count)
-    ]
-
-
-def _measured_run(
-    concurrencies: Sequence[int],
-    *,
-    cost: LinearStepCost = PLANTED,
-    limits: EngineLimits = LIMITS,
-    prompt: tuple[int, int] = (32, 700),
-    output: tuple[int, int] = (8, 80),
-) -> tuple[list[LevelSummary], list[dict]]:
-    """A sweep 'measured' on the batcher with the planted cost, as summaries and rows."""
-    rows: list[dict] = []
-    summaries = []
-    offset = 0.0
-    for index, concurrency in enumerate(concurrencies):
-        load = LevelLoad(index, "concurrency", float(concurrency))
-        requests = _requests(6 * concurrency, index, prompt=prompt, output=output)
-        replay_level(load, requests, step_cost=cost, limits=limits, overhead_s=OVERHEAD_S)
-        records = [_record(index, r, offset) for r in requests]
-        rows += [r.to_json() for r in records]
-        spec = LevelSpec(index, LoadMode.CONCURRENCY, concurrency, len(records), None, 0)
-        worker = WorkerStats(worker=0, loop_lag_p99_ns=0, loop_lag_max_ns=0, cpu_s=0.0, wall_s=1.0)
-        summaries.append(compute_level(records, level=spec, workers=[worker]))
-        offset += max(r.last_s or 0.0 for r in requests) + 1.0
-    return summaries, rows
-
-
-def _record(level: int, r: ReplayRequest, offset: float) -> RequestRecord:
-    assert r.sent_s is not None and r.token_s
-    send = round((offset + r.sent_s) * NS_PER_S)
-    ends = [round((offset + t) * NS_PER_S) - send for t in r.token_s]
-    return RequestRecord(
-        index=r.index,
-        level=level,
-        warmup=False,
-        worker=0,
-        t_send_ns=send,
-        t_scheduled_ns=send,
-        t_end_ns=send + ends[-1],
-        ok=True,
-        max_tokens=r.output_tokens,
-        chunk_offsets_ns=ends,
-        output_tokens=len(ends),
-        prompt_tokens=r.prompt_tokens,
-    )
+from tests.twin.planted import LIMITS, OVERHEAD_S, PLANTED, measured_run, planted_requests
 
 
 @pytest.fixture(scope="module")
 def planted_run() -> tuple[list[LevelSummary], list[dict]]:
-    return _measured_run((1, 4, 16))
+    return measured_run((1, 4, 16))
 
 
 def test_the_fit_finds_each_planted_term_within_its_interval(planted_run) -> None:
@@ -138,9 +63,9 @@ def test_a_replay_without_the_cap_misses_the_queue_the_cap_made(planted_run) -> 
 def test_a_term_the_run_cannot_separate_gets_a_wide_interval() -> None:
     """Every request the same size at one concurrency: per-request and per-context costs
     are the same column up to a factor, so the fit cannot split them."""
-    levels, rows = _measured_run((8,), prompt=(200, 201), output=(40, 41))
+    levels, rows = measured_run((8,), prompt=(200, 201), output=(40, 41))
     twin = build_twin(TwinInputs(levels, rows, "sim", LIMITS, {}))
-    separable, _ = _measured_run((1, 4, 16))
+    separable, _ = measured_run((1, 4, 16))
     wide = build_twin(TwinInputs(separable, _, "sim", LIMITS, {}))
     seq = next(t for t in twin.terms if t.name == "per_seq")
     seq_separable = next(t for t in wide.terms if t.name == "per_seq")
@@ -162,7 +87,7 @@ def test_the_replay_follows_the_engines_preemption_policy() -> None:
     request still gets all its tokens; the exact policy queues instead and never preempts."""
     cost = LinearStepCost(base_ms=5.0, per_seq_ms=0.1)
     for engine, preempts in (("vllm", True), ("sim", False)):
-        requests = _requests(24, 1, prompt=(100, 101), output=(100, 101))
+        requests = planted_requests(24, 1, prompt=(100, 101), output=(100, 101))
         limits = EngineLimits(policy_for(engine), kv_capacity_tokens=1200, batch_tokens=2048)
         replay = replay_level(
             LevelLoad(0, "concurrency", 12.0), requests, step_cost=cost, limits=limits

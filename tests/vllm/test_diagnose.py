@@ -58,14 +58,17 @@ def test_the_planted_step_budget_is_named_first_with_its_flag(vllm_budget_rerun:
 def test_the_budget_its_action_asked_for_cuts_ttft_and_more_is_asked_where_it_binds(
     vllm_budget_rerun: Rerun,
 ):
-    """The check is read, its factor is a gain well above this machine's wander between
-    two launches (about 1.5x), and it lands in the predicted interval: the rule costs a
-    step of the new budget between its chunk step and that plus the run's own cost per
-    prompt token (4.42x, 2.21-8.84, against 4.74x and 3.70x measured on two cores; when
-    it costed the step as a decode step it promised 11.4x where 4.60x was measured)."""
+    """Every gain the action stated is read back, the headline's factor is a gain well
+    above this machine's wander between two launches (about 1.5x), and each lands in its
+    interval: the twin's replay at the new budget, spanning the fit and a reading in which
+    a step's cost grows with its prompt tokens, since the run's steps held at most 32 (kept
+    pair: median TTFT 5.3x (3.3-11.1) predicted, 3.7x measured; when the rule costed the
+    step itself it promised 7.2x (4.3-12) where a CI run measured 3.8x)."""
     diagnosis, check = _check(vllm_budget_rerun)
     assert check.measured > 2.0, check.text
-    assert check.verdict in ("inside", "within noise"), check.text
+    assert len(diagnosis.predictions) >= 2, diagnosis.predictions
+    for each in diagnosis.predictions:
+        assert each.verdict in ("inside", "within noise"), each.text
     # The action raises the budget at most 8x (256 tokens), below the 8 x 777 prompt tokens
     # of the heaviest level: where the rerun still reads the budget, it asks for more again.
     budget = [f for f in diagnosis.findings if f.kind is FindingKind.BATCH_TOKEN_BUDGET]

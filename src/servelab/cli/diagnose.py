@@ -66,6 +66,16 @@ def diagnose(
             "divided by X, as the simulator's were.",
         ),
     ] = 1.0,
+    what_if: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--what-if",
+            metavar="KNOB=VALUE",
+            help="Replay the run's twin with this limit changed and print what each level "
+            "would measure, with its interval (repeat for several; VALUE 'none' lifts it): "
+            "max_running_requests, kv_cache_tokens, max_batch_tokens. Writes nothing.",
+        ),
+    ] = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print diagnosis.json's document on stdout.")
     ] = False,
@@ -99,6 +109,16 @@ def diagnose(
             probe=probe,
             time_scale=time_scale,
         )
+        if what_if:
+            from servelab.diagnose.whatif_run import parse_changes, what_if_run
+            from servelab.report.diagnosis import render_what_if
+
+            asked = what_if_run(run_dir, parse_changes(what_if), options)
+            if json_output:
+                out.print_json(asked.model_dump_json())
+            else:
+                out.print(render_what_if(asked))
+            return
         result = diagnose_run(run_dir, options)
         if json_output:
             out.print_json(result.model_dump_json(by_alias=True))

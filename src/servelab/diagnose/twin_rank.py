@@ -26,6 +26,7 @@ from servelab.twin.lifting import (
     changes_text,
     lift_limits,
     metric_name,
+    objective_misses,
 )
 from servelab.twin.whatif import Forecast, WhatIf, what_if
 
@@ -66,8 +67,7 @@ def rank_by_replay(
             "it, and each limit's rule stands as it read the run"
         ]
     objective = Objective.of(twin.levels, facts.knee.concurrency)
-    lifts = lift_limits(twin, objective)
-    misses = sorted({m for lift in lifts for m in lift.misses})
+    misses = objective_misses(twin, objective)
     if misses:
         return list(findings), [
             f"the replay does not reproduce the run where the objective is read "
@@ -75,6 +75,7 @@ def rank_by_replay(
             "by it, and the signals from outside the engine (host, client, CPU) and each "
             "limit's rule stand as they read the run"
         ]
+    lifts = lift_limits(twin, objective)
     out = list(findings)
     notes: list[str] = []
     top = next((lift for lift in lifts if lift.binding), None)

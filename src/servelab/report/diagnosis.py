@@ -13,8 +13,9 @@ from rich.text import Text
 
 from servelab.diagnose.document import Diagnosis, GapLayers
 from servelab.diagnose.findings import Evidence, ExpectedGain, Finding, Severity
+from servelab.diagnose.whatif_run import WhatIfResult
 
-__all__ = ["evidence_text", "render_diagnosis", "top_finding_lines"]
+__all__ = ["evidence_text", "render_diagnosis", "render_what_if", "top_finding_lines"]
 
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "green"}
 _EVIDENCE_SHOWN = 4
@@ -23,10 +24,12 @@ _EVIDENCE_SHOWN = 4
 def render_diagnosis(diagnosis: Diagnosis) -> RenderableType:
     """The findings table, each finding's evidence and actions, the layers, the sources."""
     parts: list[RenderableType] = [_findings(diagnosis)]
-    if diagnosis.prediction is not None:
-        verdict = diagnosis.prediction.verdict
-        style = {"inside": "green", "outside": "red"}.get(verdict, "yellow")
-        parts.append(Text(f"prediction check: {diagnosis.prediction.text}", style=style))
+    checks = diagnosis.predictions or (
+        [diagnosis.prediction] if diagnosis.prediction is not None else []
+    )
+    for check in checks:
+        style = {"inside": "green", "outside": "red"}.get(check.verdict, "yellow")
+        parts.append(Text(f"prediction check: {check.text}", style=style))
     parts += [_details(i, finding) for i, finding in enumerate(diagnosis.findings, 1)]
     parts += [_layers(layers) for layers in diagnosis.layers]
     parts.append(_sources(diagnosis))
@@ -188,3 +191,35 @@ def top_finding_lines(diagnosis: Diagnosis) -> list[str]:
     elif top.actions:
         lines.append(f"nothing to try on this engine: {top.actions[0].text}")
     return lines
+
+
+def render_what_if(result: WhatIfResult) -> RenderableType:
+    """Each level's metrics as measured and as the replay predicts them at the new values."""
+    changes = ", ".join(
+        f"{k}={'none' if v is None else f'{v:,}'}" for k, v in result.changes.items()
+    )
+    table = Table(title=f"what if {changes}", title_justify="left")
+    for column in ("level", "metric", "measured", "predicted", "new / old", "interval"):
+        table.add_column(column, justify="left" if column in ("level", "metric") else "right")
+    for row in result.rows:
+        table.add_row(
+            row.load,
+            row.metric,
+            _number(row.measured),
+            _number(row.predicted),
+            f"{row.factor:.2f}x" if row.factor is not None else "-",
+            f"{row.low:.2f}-{row.high:.2f}"
+            if row.low is not None and row.high is not None
+            else "-",
+        )
+    parts: list[RenderableType] = [Text(f"twin: {result.fitted_from}"), table]
+    for why in result.extrapolated:
+        parts.append(Text(f"extrapolated: {why}", style="yellow"))
+    if result.refused:
+        parts.append(Text(f"{result.refused} requests would not fit at all", style="red"))
+    parts += [Text(f"note: {note}") for note in result.notes]
+    return Group(*parts)
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"

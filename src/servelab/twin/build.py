@@ -94,9 +94,10 @@ def fit_twin(inputs: TwinInputs, *, resamples: int = 48, draws: int = 8, seed: i
     answers = _from_answers(inputs, levels, requests, resamples=resamples, draws=draws, seed=seed)
     streamed = [r for r in requests if r.streamed]
     if not streamed:
-        return answers
+        return _compared(answers, requests)
     gaps = _from_requests(inputs, levels, streamed, resamples=resamples, draws=draws, seed=seed)
-    return _better(gaps, answers)
+    chosen = _better(gaps, answers)
+    return _compared(chosen, streamed if chosen.result.fit.source == "requests" else requests)
 
 
 def _better(gaps: Twin, answers: Twin) -> Twin:
@@ -207,8 +208,13 @@ def _from_answers(
         start, measured, replay, max_rounds=MAX_ROUNDS, resamples=resamples, seed=seed
     )
     notes = [
-        "answers came whole (no stream): the cost is fitted to each request's end-to-end "
-        "time over the steps its replay lived through, and no TTFT or TPOT is compared"
+        "the cost is fitted to each request's end-to-end time over the steps its replay "
+        "lived through"
+        + (
+            ""
+            if any(r.streamed for r in requests)
+            else " (answers came whole: no TTFT or TPOT is compared)"
+        )
     ]
     if not fitted.converged:
         notes.append(_unsettled("the replayed steps"))
@@ -253,18 +259,9 @@ def _finish(
     fit: TwinFit,
     draws: int,
 ) -> Twin:
-    """Replay every level at the fit and at its draws, and compare with the run."""
-    limits = inputs.limits
-    replays = replay_all(per_level, levels, cost, limits, overhead_s)
-    spread = [
-        replay_all(per_level, levels, cost, limits, overhead_s, draw=d)
-        for d in range(min(draws, cost.draws.shape[0]))
-    ]
-    twin_levels = [
-        compare_level(lv, replays[lv.level], [s[lv.level] for s in spread], requests)
-        for lv in levels
-        if lv.level in per_level
-    ]
+    """Replay every level at the fit and compare with the run (the replays at the fit's
+    draws, which give each metric its interval, come once a fit is kept: `_compared`)."""
+    twin_levels = _compare(inputs.limits, levels, requests, per_level, cost, overhead_s, 0)
     return Twin(
         result=_result(inputs, cost, overhead_s, overhead_draws_s, fit, twin_levels),
         cost=cost,
@@ -282,9 +279,44 @@ def _finish(
             lv.level: all(r.streamed for r in requests if r.level == lv.level and not r.warmup)
             for lv in levels
         },
-        limits=limits,
+        limits=inputs.limits,
         draws=draws,
     )
+
+
+def _compare(
+    limits: EngineLimits,
+    levels: Sequence[LevelSummary],
+    requests: Sequence[RequestTimeline],
+    per_level: Mapping[int, list[ReplayRequest]],
+    cost: FittedCost,
+    overhead_s: float,
+    draws: int,
+) -> list[TwinLevel]:
+    replays = replay_all(per_level, levels, cost, limits, overhead_s)
+    spread = [
+        replay_all(per_level, levels, cost, limits, overhead_s, draw=d)
+        for d in range(min(draws, cost.draws.shape[0]))
+    ]
+    return [
+        compare_level(lv, replays[lv.level], [s[lv.level] for s in spread], requests)
+        for lv in levels
+        if lv.level in per_level
+    ]
+
+
+def _compared(twin: Twin, requests: Sequence[RequestTimeline]) -> Twin:
+    """The kept fit's levels with each replayed metric's interval over the draws."""
+    levels = _compare(
+        twin.limits,
+        twin.levels,
+        requests,
+        twin.per_level,
+        twin.cost,
+        twin.overhead_s,
+        twin.draws,
+    )
+    return replace(twin, result=twin.result.model_copy(update={"levels": levels}))
 
 
 def _prompt_work(requests: Sequence[RequestTimeline], levels: Sequence[LevelSummary]) -> list[int]:

@@ -82,8 +82,6 @@ class Lift:
     trades: list[str]
     too_small: bool
     """The draws agree it moves, but by less than the replay's own miss there."""
-    misses: list[str]
-    """Objective metrics the replay does not reproduce (off by more than REPRODUCED)."""
 
     def gains(self) -> list[str]:
         out = []
@@ -95,12 +93,22 @@ class Lift:
 
 def lifted_value(twin: Twin, limit: str) -> int | None:
     """The most the run's workload could use of `limit`: the cap to the heaviest level's
-    concurrency; the cache and the step budget to no limit (every request held, every
-    prompt in one step)."""
+    concurrency; the step budget to every prompt that can be in flight at once, in one
+    step, beside every request decoding; the cache to no limit (every request held)."""
+    closed = [lv.max_concurrency for lv in twin.levels if lv.max_concurrency]
+    every_level_closed = bool(closed) and len(closed) == len(twin.levels)
     if limit == "running_cap":
-        closed = [lv.max_concurrency for lv in twin.levels if lv.max_concurrency]
-        if len(closed) == len(twin.levels) and closed:
-            return max(closed)
+        return max(closed) if every_level_closed else None
+    if limit == "batch_tokens":
+        most = 0
+        for level in twin.levels:
+            rows = twin.per_level.get(level.level, [])
+            if not rows:
+                continue
+            together = level.max_concurrency or len(rows)
+            longest = sorted((r.prompt_tokens for r in rows), reverse=True)[:together]
+            most = max(most, sum(longest) + together)
+        return most or None
     return None
 
 
@@ -142,14 +150,22 @@ def _lift(twin: Twin, objective: Objective, name: str, value: int, lifted: int |
         score=score,
         trades=_trades(whatif, objective.worst_level),
         too_small=bool(agreed) and not counted,
-        misses=[
-            f"{metric_name(f.metric)} at {f.load} off by {math.expm1(m):+.0%}"
-            for f in (latency, throughput)
-            if f is not None
-            and (m := _signed_miss(twin, f.level, f.metric)) is not None
-            and abs(math.expm1(m)) > REPRODUCED
-        ],
     )
+
+
+def objective_misses(twin: Twin, objective: Objective) -> list[str]:
+    """The objective's metrics the replay does not reproduce (off by more than REPRODUCED)
+    where they are read."""
+    streamed = twin.streamed.get(objective.worst_level, True)
+    knee = objective.knee_level if objective.knee_level is not None else objective.worst_level
+    read = ((objective.worst_level, _TTFT if streamed else _E2E), (knee, _THROUGHPUT))
+    out = []
+    for level, metric in read:
+        miss = _signed_miss(twin, level, metric)
+        if miss is not None and abs(math.expm1(miss)) > REPRODUCED:
+            load = next((lv.load for lv in twin.result.levels if lv.level == level), level)
+            out.append(f"{metric_name(metric)} at {load} off by {math.expm1(miss):+.0%}")
+    return out
 
 
 def _move(twin: Twin, forecast: Forecast) -> tuple[float, float]:

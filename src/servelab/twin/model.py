@@ -4,7 +4,7 @@ replayed under any limits (the ones the run had, or ones it is asked about)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from servelab.bench.results import LevelSummary
 from servelab.sim.stepcost import LinearStepCost, StepCost
@@ -85,16 +85,32 @@ class Twin:
     streamed: Mapping[int, bool]
     limits: EngineLimits
     draws: int
+    _memo: dict[tuple[EngineLimits, int, bool], dict[int, ReplayedLevel]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def replay(
-        self, limits: EngineLimits | None = None, reading: Reading | None = None
+        self,
+        limits: EngineLimits | None = None,
+        reading: Reading | None = None,
+        *,
+        with_draws: bool = True,
     ) -> dict[int, ReplayedLevel]:
-        """Every level under `limits` (the run's own by default), at the fit and its draws."""
+        """Every level under `limits` (the run's own by default), at the fit and, with
+        `with_draws`, at each bootstrap draw. The same question is replayed once."""
         limits = limits or self.limits
+        key = (limits, id(reading) if reading is not None else 0, with_draws)
+        if key not in self._memo or reading is not None:
+            self._memo[key] = self._replay(limits, reading, with_draws)
+        return self._memo[key]
+
+    def _replay(
+        self, limits: EngineLimits, reading: Reading | None, with_draws: bool
+    ) -> dict[int, ReplayedLevel]:
         point = replay_all(
             self.per_level, self.levels, self.cost, limits, self.overhead_s, reading=reading
         )
-        count = min(self.draws, self.cost.draws.shape[0])
+        count = min(self.draws, self.cost.draws.shape[0]) if with_draws else 0
         spread = [
             replay_all(
                 self.per_level,

@@ -87,6 +87,19 @@ def what_if(
         batch_tokens=values["batch_tokens"],
     )
     before = twin.replay()
+    if _same(before, twin.replay(new_limits, with_draws=False)):
+        return WhatIf(
+            changes=dict(changes),
+            forecasts=[
+                _unchanged(twin, level, metric, before)
+                for level in sorted(before)
+                for metric in metrics
+                if before[level].metrics.get(metric)
+            ],
+            extrapolated=[],
+            refused=sum(lv.refused for lv in before.values()),
+            notes=["the replay at the new values is the run's own, step for step"],
+        )
     after = twin.replay(new_limits)
     readings: list[tuple[dict[int, ReplayedLevel], dict[int, ReplayedLevel]]] = [(before, after)]
     extrapolated = []
@@ -146,6 +159,31 @@ def _forecast(
         factor=factor,
         low=min(lows),
         high=max(highs),
+    )
+
+
+def _same(before: Mapping[int, ReplayedLevel], after: Mapping[int, ReplayedLevel]) -> bool:
+    """Whether the new limits changed nothing: the same metrics at every level (the replay
+    is deterministic, so a limit that never acted gives the run back exactly)."""
+    return before.keys() == after.keys() and all(
+        before[level].metrics == after[level].metrics for level in before
+    )
+
+
+def _unchanged(
+    twin: Twin, level: int, metric: str, before: Mapping[int, ReplayedLevel]
+) -> Forecast:
+    summary = next((lv for lv in twin.levels if lv.level == level), None)
+    measured = getattr(summary, metric, None) if summary is not None else None
+    return Forecast(
+        level=level,
+        load=load_label(summary) if summary is not None else str(level),
+        metric=metric,
+        measured=measured,
+        predicted=measured if measured else before[level].metrics.get(metric),
+        factor=1.0,
+        low=1.0,
+        high=1.0,
     )
 
 

@@ -1,0 +1,98 @@
+"""Predictions by replay and limits ranked by lifting, against an engine whose every term is
+known: the batcher with a planted cost. Each prediction is checked against a second sweep
+of that engine at the new value, as a rerun would check it; each ranking against the
+limit that was planted.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab.sim.policy import EXACT_RESERVE
+from servelab.twin import EngineLimits, TwinInputs, fit_twin
+from servelab.twin.lifting import Objective, lift_limits
+from servelab.twin.whatif import what_if
+from tests.twin.planted import measured_run
+
+CONCURRENCIES = (1, 4, 16)
+
+
+def _twin(limits: EngineLimits, **shape):
+    levels, rows = measured_run(CONCURRENCIES, limits=limits, **shape)
+    return fit_twin(TwinInputs(levels, rows, "sim", limits, {})), levels
+
+
+def _truth(limits: EngineLimits, metric: str, **shape) -> float:
+    levels, _ = measured_run(CONCURRENCIES, limits=limits, **shape)
+    value = getattr(levels[-1], metric)
+    assert value
+    return value
+
+
+@pytest.mark.parametrize("metric", ["median_ttft_ms", "total_throughput"])
+def test_a_raised_cap_is_predicted_by_replay_and_a_second_sweep_lands_inside(metric: str):
+    capped = EngineLimits(EXACT_RESERVE, running_cap=4, batch_tokens=2048)
+    twin, levels = _twin(capped)
+    result = what_if(twin, {"running_cap": 16})
+    forecast = result.forecast(levels[-1].level, metric)
+    assert forecast is not None and forecast.factor is not None
+    measured = getattr(levels[-1], metric)
+    truth = _truth(EngineLimits(EXACT_RESERVE, running_cap=16, batch_tokens=2048), metric)
+    assert forecast.low <= truth / measured <= forecast.high, (forecast, truth / measured)
+    assert forecast.predicted == pytest.approx(truth, rel=0.35)
+    # the run decoded at most 4 at once; 16 is past it, and the prediction says so
+    assert any("decode up to" in why for why in result.extrapolated), result.extrapolated
+
+
+def test_the_same_limits_predict_no_change():
+    limits = EngineLimits(EXACT_RESERVE, running_cap=4, batch_tokens=2048)
+    twin, _ = _twin(limits)
+    result = what_if(twin, {"running_cap": 4})
+    assert not result.extrapolated
+    for forecast in result.forecasts:
+        assert forecast.factor == pytest.approx(1.0)
+        assert forecast.low == pytest.approx(1.0) and forecast.high == pytest.approx(1.0)
+
+
+def test_a_budget_past_the_runs_chunks_spans_both_readings_and_holds_the_truth():
+    """Prompts 8x the budget: steps of 64 prompt tokens. A budget of 1,024 makes steps the
+    run never had; the interval must still hold a second sweep at 1,024."""
+    small = EngineLimits(EXACT_RESERVE, running_cap=16, batch_tokens=64)
+    shape = {"prompt": (480, 540), "output": (8, 16)}
+    twin, levels = _twin(small, **shape)
+    result = what_if(twin, {"batch_tokens": 1024})
+    assert any("prefill up to" in why for why in result.extrapolated), result.extrapolated
+    forecast = result.forecast(levels[-1].level, "median_ttft_ms")
+    assert forecast is not None and forecast.factor is not None
+    truth = _truth(
+        EngineLimits(EXACT_RESERVE, running_cap=16, batch_tokens=1024),
+        **shape,
+        metric="median_ttft_ms",
+    )
+    ratio = truth / levels[-1].median_ttft_ms
+    assert ratio < 1
+    assert forecast.low <= ratio <= forecast.high, (forecast, ratio)
+
+
+def test_lifting_names_the_planted_cap_and_leaves_a_roomy_budget_set_but_not_binding():
+    limits = EngineLimits(EXACT_RESERVE, running_cap=4, batch_tokens=4096)
+    twin, levels = _twin(limits)
+    lifts = lift_limits(twin, Objective.of(levels, knee_concurrency=None))
+    by_name = {lift.limit: lift for lift in lifts}
+    assert lifts[0].limit == "running_cap" and lifts[0].binding, lifts[0]
+    assert lifts[0].lifted == max(CONCURRENCIES)
+    assert lifts[0].latency is not None and lifts[0].latency.factor < 1
+    budget = by_name["batch_tokens"]
+    assert not budget.binding and budget.score == 0.0
+    assert budget.latency is not None and budget.latency.factor == pytest.approx(1.0)
+
+
+def test_a_small_budget_binds_and_its_lift_states_the_trade_on_tpot():
+    """A larger budget lets whole prompts into the steps that decode: TTFT falls and the
+    decoding requests' steps lengthen, a trade the lift must state as one."""
+    limits = EngineLimits(EXACT_RESERVE, running_cap=16, batch_tokens=64)
+    twin, levels = _twin(limits, prompt=(480, 540), output=(40, 80))
+    lifts = lift_limits(twin, Objective.of(levels, knee_concurrency=None))
+    budget = next(lift for lift in lifts if lift.limit == "batch_tokens")
+    assert budget.binding and lifts[0] is budget
+    assert any(trade.startswith("median TPOT") for trade in budget.trades), budget.trades
