@@ -21,18 +21,28 @@ from servelab.diagnose import DiagnoseOptions, diagnose_run
 from servelab.diagnose.findings import FindingKind
 
 HERE = Path(__file__).resolve().parent
+CPU_RUNS = HERE / "results" / "twin"
+GPU_RUNS = HERE / "gpu" / "results" / "h100-pairs"
 PAIRS = (
-    ("vllm-cpu-budget-planted", "vllm-cpu-budget-applied", FindingKind.BATCH_TOKEN_BUDGET),
-    ("vllm-cpu-kv-limited", "vllm-cpu-kv-applied", FindingKind.KV_CAPACITY),
+    (
+        CPU_RUNS,
+        "vllm-cpu-budget-planted",
+        "vllm-cpu-budget-applied",
+        FindingKind.BATCH_TOKEN_BUDGET,
+    ),
+    (CPU_RUNS, "vllm-cpu-kv-limited", "vllm-cpu-kv-applied", FindingKind.KV_CAPACITY),
+    (GPU_RUNS, "kv2", "kv2-applied", FindingKind.KV_CAPACITY),
 )
-KEPT = HERE / "results" / "twin"
+"""(folder, planted run, its rerun with the action, the planted kind): the suite's vLLM for
+CPUs, and h200-ref under transformers serve on one H100 (benchmarks/gpu/run_all.sh, part
+pairs)."""
 WITHIN = 0.35
 
 
-def _unpack(name: str, into: Path) -> Path:
+def _unpack(kept: Path, name: str, into: Path) -> Path:
     run = into / name
     run.mkdir()
-    for path in (KEPT / name).iterdir():
+    for path in (kept / name).iterdir():
         if path.suffix == ".gz":
             (run / path.stem).write_bytes(gzip.decompress(path.read_bytes()))
         else:
@@ -43,16 +53,17 @@ def _unpack(name: str, into: Path) -> Path:
 def main() -> int:
     rows, inside, near = 0, 0, 0
     with tempfile.TemporaryDirectory() as tmp:
-        for planted_name, applied_name, kind in PAIRS:
-            planted = _unpack(planted_name, Path(tmp))
-            applied = _unpack(applied_name, Path(tmp))
+        for kept, planted_name, applied_name, kind in PAIRS:
+            planted = _unpack(kept, planted_name, Path(tmp))
+            applied = _unpack(kept, applied_name, Path(tmp))
             summary = json.loads((applied / "summary.json").read_text())
             summary["run"]["applies"] = f"{planted}:{kind.value}"
             (applied / "summary.json").write_text(json.dumps(summary))
-            first = diagnose_run(planted, DiagnoseOptions(engine="vllm"), write=False)
+            options = DiagnoseOptions(engine="vllm" if kept == CPU_RUNS else None)
+            first = diagnose_run(planted, options, write=False)
             named = first.findings[0].kind.value if first.findings else "-"
             print(f"{planted_name}: planted {kind.value}, named first: {named}")
-            checks = diagnose_run(applied, DiagnoseOptions(engine="vllm"), write=False).predictions
+            checks = diagnose_run(applied, options, write=False).predictions
             for check in checks:
                 if check.measured is None or check.predicted is None or not check.low:
                     print(f"  {check.text}")

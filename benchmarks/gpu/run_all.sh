@@ -52,6 +52,13 @@
 #             requests.jsonl and metrics.jsonl gzipped, for the twin's fit from the streams)
 #             are tarred to $OUT/planted-CASE.tgz, to be kept in the repository and read by
 #             benchmarks/diagnose_accuracy.py and benchmarks/twin_fidelity.py.
+#   pairs     planted limits at shapes the kept pairs do not have (1,024 in / 96 out at
+#             concurrency 1, 8, 32, 10 s levels): PAIRS (default "kv2 batch2") each swept by
+#             `servelab run`, diagnosed, then swept again with the first engine action of
+#             its first finding applied (read from its diagnosis.json, so the value is the
+#             one diagnose asked for) and `--applies` naming the finding; both diagnosed
+#             and tarred to $OUT/pair-CASE.tgz with requests.jsonl gzipped (for
+#             benchmarks/replay_accuracy.py).
 # Logs and results, tarred, go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -241,6 +248,55 @@ if [[ " $PARTS " == *" planted "* ]]; then
     done
     grep -E "^planted-" "$LOGS/times.txt"
     rm -rf "$LOGS/planted"
+fi
+
+if [[ " $PARTS " == *" pairs "* ]]; then
+    mkdir -p "$LOGS/pairs"
+    declare -A PAIR_KNOBS=(
+        [kv2]="cuda_graphs: true, mem_fraction: 0.006"
+        [batch2]="cuda_graphs: true, max_batch_tokens: 256"
+        [graphs2]="cuda_graphs: false"
+    )
+    sweep_pair() {  # sweep_pair NAME KNOBS [APPLIES]: one sweep of h200-ref, diagnosed
+        local name=$1 knobs=$2 applies=${3:-}
+        printf 'engine: embedded\nmodel: h200-ref\nknobs: {%s}\n' "$knobs" > "/tmp/pair-$name.yaml"
+        timed "pair-$name" timeout -s INT "${RUN_LIMIT_S:-200}" python3 -m servelab run \
+            --engine "/tmp/pair-$name.yaml" --concurrency "${CONCURRENCY:-1,8,32}" \
+            --duration "${LEVEL_DURATION:-10s}" --input-len 1024 --output-len 96 --gpus 0 \
+            ${applies:+--applies "$applies"} --out "$LOGS/pairs/$name"
+        cp "/tmp/pair-$name.yaml" "$LOGS/pairs/$name/spec.yaml"
+        COLUMNS=160 python3 -m servelab diagnose "$LOGS/pairs/$name" \
+            > "$LOGS/pairs/$name/diagnose.txt" 2>&1
+    }
+    for case in ${PAIRS:-kv2 batch2}; do
+        sweep_pair "$case" "${PAIR_KNOBS[$case]}"
+        read -r kind action < <(python3 - "$LOGS/pairs/$case/diagnosis.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for finding in doc["findings"]:
+    for action in finding["actions"]:
+        if action.get("target") == "engine" and action.get("knob") and action.get("value") is not None:
+            value = json.dumps(action["value"])
+            print(finding["kind"], f"{action['knob']}: {value}")
+            sys.exit(0)
+PY
+)
+        echo "pair-$case: first finding $kind, action $action"
+        if [ -n "$action" ]; then
+            # the action's knob replaces the planted one; a cache in tokens replaces a share
+            base=$(echo "${PAIR_KNOBS[$case]}" | sed -E "s/(^|, )${action%%:*}: [^,]*//")
+            [ "${action%%:*}" = kv_cache_tokens ] && base=$(echo "$base" | sed -E "s/(^|, )mem_fraction: [^,]*//")
+            sweep_pair "$case-applied" "${base:+$base, }$action" "$LOGS/pairs/$case:$kind"
+            grep -E "prediction check" "$LOGS/pairs/$case-applied/diagnose.txt"
+        fi
+        for name in "$case" "$case-applied"; do
+            [ -d "$LOGS/pairs/$name" ] || continue
+            gzip -9 "$LOGS/pairs/$name/requests.jsonl" "$LOGS/pairs/$name/metrics.jsonl"
+        done
+        tar -C "$LOGS/pairs" -czf "$OUT/pair-$case.tgz" $(cd "$LOGS/pairs" && ls -d "$case" "$case-applied" 2>/dev/null)
+    done
+    grep -E "^pair-" "$LOGS/times.txt"
+    rm -rf "$LOGS/pairs"
 fi
 
 nvidia-smi --query-gpu=memory.used --format=csv >> "$LOGS/env.txt" 2>&1

@@ -64,6 +64,12 @@ def test_the_story_study_raises_the_cap_and_a_rerun_continues_it(tmp_path: Path)
     prediction = trials[1]["prediction"]
     assert prediction["applies"].endswith(":running_request_cap"), prediction
     assert prediction["measured"] is not None and prediction["verdict"] == "inside", prediction
+    # before it launched, the default's twin predicted it at the new cap
+    twin = trials[1]["twin"]
+    assert twin is not None and twin["from_trial"] == 0, twin
+    assert twin["changes"] == {"running_cap": trials[1]["params"]["knobs.max_running_requests"]}
+    assert twin["low"] <= trials[1]["values"][0] <= twin["high"], (twin, trials[1]["values"])
+    assert trials[0]["twin"] is None
     assert result["storage"] == "sqlite:///study.db (in the study folder)"
     (best,) = result["best"]
     gain = trials[best]["values"][0] / trials[0]["values"][0]

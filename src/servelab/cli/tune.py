@@ -278,6 +278,11 @@ def best_lines(result: StudyResult) -> list[str]:
         for row in result.trials
         if row.prediction is not None
     ]
+    lines += [
+        f"twin: trial {row.number}: {row.twin.text(row.values[0] if row.values else None)}"
+        for row in result.trials
+        if row.twin is not None
+    ]
     if result.best_command:
         lines.append(f"command: {shlex.join(result.best_command)}")
     return lines
@@ -319,7 +324,8 @@ def _trial_line(event: Any) -> str:
         return f"study: {event.text}"
     if event.outcome is None:
         settings = ", ".join(f"{k}={_cell(v)}" for k, v in event.params.items()) or "as given"
-        return f"trial {event.number} ({event.role}): {settings}"
+        said = f"; {event.text}" if event.text else ""
+        return f"trial {event.number} ({event.role}): {settings}{said}"
     why = f": {event.text}" if event.text else ""
     return f"trial {event.number}: {event.outcome}{why}"
 

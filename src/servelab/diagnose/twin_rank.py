@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from servelab.diagnose.actions import knob_action
 from servelab.diagnose.facts import RunFacts
 from servelab.diagnose.findings import Evidence, ExpectedGain, Finding, FindingKind, Severity
+from servelab.diagnose.whatif_run import KNOB_LIMITS
 from servelab.twin import Twin
 from servelab.twin.compare import REPRODUCED
 from servelab.twin.lifting import (
@@ -36,12 +37,6 @@ LIMIT_KINDS = {
     "running_cap": FindingKind.RUNNING_REQUEST_CAP,
     "kv_capacity_tokens": FindingKind.KV_CAPACITY,
     "batch_tokens": FindingKind.BATCH_TOKEN_BUDGET,
-}
-_KNOB_LIMITS = {
-    "max_running_requests": "running_cap",
-    "kv_cache_tokens": "kv_capacity_tokens",
-    "max_batch_tokens": "batch_tokens",
-    "chunked_prefill_size": "batch_tokens",
 }
 _LIMIT_KNOBS = {
     "running_cap": "max_running_requests",
@@ -118,7 +113,7 @@ def expected_gains(
 
 def _action_change(finding: Finding) -> tuple[str, int] | None:
     for action in finding.actions:
-        limit = _KNOB_LIMITS.get(action.knob or "")
+        limit = KNOB_LIMITS.get(action.knob or "")
         if limit is not None and isinstance(action.value, int) and action.available:
             return limit, action.value
     return None

@@ -13,10 +13,26 @@ from servelab.diagnose.collect import collect_facts
 from servelab.diagnose.inputs import load_run
 from servelab.diagnose.options import DiagnoseOptions
 from servelab.diagnose.twin_run import run_twin
+from servelab.twin import Twin
 from servelab.twin.lifting import metric_name
 from servelab.twin.whatif import LIMIT_NAMES, what_if
 
-__all__ = ["WhatIfResult", "WhatIfRow", "parse_changes", "what_if_run"]
+__all__ = [
+    "KNOB_LIMITS",
+    "WhatIfResult",
+    "WhatIfRow",
+    "fitted_twin",
+    "parse_changes",
+    "what_if_run",
+]
+
+KNOB_LIMITS = {
+    "max_running_requests": "running_cap",
+    "kv_cache_tokens": "kv_capacity_tokens",
+    "max_batch_tokens": "batch_tokens",
+    "chunked_prefill_size": "batch_tokens",
+}
+"""servelab's knobs (an engine spec's names) that set a limit the twin replays."""
 
 _ALIASES = {
     "running_cap": "running_cap",
@@ -82,15 +98,22 @@ def parse_changes(texts: Sequence[str]) -> dict[str, int | None]:
     return changes
 
 
-def what_if_run(
-    run_dir: Path, changes: dict[str, int | None], options: DiagnoseOptions
-) -> WhatIfResult:
-    """The run's twin, fitted as diagnose fits it, replayed with `changes`."""
+def fitted_twin(run_dir: Path, options: DiagnoseOptions) -> tuple[Twin, str]:
+    """The run's twin as diagnose fits it (its limits read from the run), and what it was
+    fitted from; ConfigError where the run gives none."""
     files = load_run(run_dir, engine=options.engine, probe=options.probe)
     facts = collect_facts(files, options)
     twin, detail = run_twin(files, facts.engine)
     if twin is None:
         raise ConfigError(f"{run_dir}: {detail}")
+    return twin, detail
+
+
+def what_if_run(
+    run_dir: Path, changes: dict[str, int | None], options: DiagnoseOptions
+) -> WhatIfResult:
+    """The run's twin, fitted as diagnose fits it, replayed with `changes`."""
+    twin, detail = fitted_twin(run_dir, options)
     result = what_if(twin, changes)
     notes = [*result.notes, *twin.result.fit.notes]
     unknown = [name for name in LIMIT_NAMES if getattr(twin.limits, name) is None]

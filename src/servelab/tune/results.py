@@ -27,6 +27,7 @@ __all__ = [
     "TrialRole",
     "TrialRow",
     "TrialState",
+    "TwinForecast",
 ]
 
 SCHEMA = "servelab.tune/1"
@@ -93,6 +94,37 @@ class LayoutModel(BaseModel):
         return self.total_tokens_per_s
 
 
+class TwinForecast(BaseModel):
+    """The objective a trial was predicted to measure before it launched: a finished
+    trial's twin replayed at this trial's limits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    from_trial: int = Field(description="The finished trial whose run the twin was fitted on.")
+    metric: str
+    at: float | None
+    changes: dict[str, int | None] = Field(description="The limits replayed at new values.")
+    predicted: float
+    low: float
+    high: float
+    extrapolated: list[str] = Field(default_factory=list)
+
+    def verdict(self, measured: float | None) -> str:
+        if measured is None:
+            return "not measured"
+        return "inside" if self.low <= measured <= self.high else "outside"
+
+    def text(self, measured: float | None) -> str:
+        where = f" at {self.at:g}" if self.at is not None else ""
+        said = (
+            f"the twin of trial {self.from_trial} predicted {self.metric}{where} "
+            f"{self.predicted:,.4g} ({self.low:,.4g}-{self.high:,.4g})"
+        )
+        if measured is None:
+            return said
+        return f"{said}; measured {measured:,.4g}: {self.verdict(measured)}"
+
+
 class TrialRow(BaseModel):
     """One trial: what it set, what it measured, where its run directory is."""
 
@@ -129,6 +161,10 @@ class TrialRow(BaseModel):
         default=None,
         description="A trial seeded from a diagnose action: that finding's expected gain "
         "against what this trial measured beside the trial it was found in.",
+    )
+    twin: TwinForecast | None = Field(
+        default=None,
+        description="The objective predicted before launch by a finished trial's twin.",
     )
 
     @field_validator("model", mode="before")

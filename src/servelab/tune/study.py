@@ -42,6 +42,7 @@ from servelab.tune.results import (
     StudyResult,
     TrialRole,
     TrialRow,
+    TwinForecast,
 )
 from servelab.tune.space import SearchSpace, parse_space
 from servelab.tune.storage import (
@@ -612,6 +613,7 @@ def _row(
         spec_yaml=attrs.get("spec_yaml"),
         command=attrs.get("command"),
         model=_layout_model(attrs.get("model")),
+        twin=_twin_forecast(attrs.get("twin")),
     )
 
 
@@ -640,6 +642,15 @@ def _checked(source: Path, kind: FindingKind, run: Path) -> PredictionCheck:
     trial, and both runs' files no longer change (the check diagnoses the source run and
     bootstraps both runs' requests)."""
     return check_prediction(Applies(source, kind), run)
+
+
+def _twin_forecast(given: Any) -> TwinForecast | None:
+    if not isinstance(given, dict):
+        return None
+    try:
+        return TwinForecast.model_validate(given)
+    except ValidationError:
+        return None
 
 
 def _layout_model(given: Any) -> LayoutModel | None:

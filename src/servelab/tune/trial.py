@@ -44,12 +44,14 @@ from servelab.engines.base import EngineSpec
 from servelab.engines.signatures import LogEvent, scan_log
 from servelab.engines.spec import spec_yaml
 from servelab.probe.report import ProbeReport
-from servelab.store import RunDir
+from servelab.store import SUMMARY_FILE, RunDir
 from servelab.tune.capacity import capacity_plan, give_up_below
 from servelab.tune.params import apply_params
 from servelab.tune.prune import available_gpus, check_fit, layout_model
+from servelab.tune.results import TwinForecast
 from servelab.tune.space import SearchSpace
 from servelab.tune.targets import CAPACITY, level_at, read_metric
+from servelab.tune.twin_forecast import FinishedTrial, forecast_trial
 
 __all__ = [
     "TrialContext",
@@ -118,7 +120,11 @@ def run_trial(trial: optuna.Trial, ctx: TrialContext) -> list[float]:
     trial.set_user_attr("role", role)
     trial.set_user_attr("host", socket.gethostname())
     params = {p.path: p.suggest(trial) for p in space.params}
-    ctx.on_event(TrialEvent(trial.number, role, params))
+    forecast = _twin_forecast(trial, ctx, params)
+    if forecast is not None:
+        trial.set_user_attr("twin", forecast.model_dump())
+    said = forecast.text(None) if forecast is not None else None
+    ctx.on_event(TrialEvent(trial.number, role, params, text=said))
     started = time.monotonic()
     try:
         values = _measure(trial, ctx, params)
@@ -130,6 +136,28 @@ def run_trial(trial: optuna.Trial, ctx: TrialContext) -> list[float]:
         raise
     _end(trial, ctx, "complete", None, started)
     return values
+
+
+def _twin_forecast(
+    trial: optuna.Trial, ctx: TrialContext, params: dict[str, Any]
+) -> TwinForecast | None:
+    """The objective predicted by the twin of the nearest finished trial that differs from
+    this one only in limits the twin replays; None where there is none."""
+    try:
+        spec = apply_params(ctx.space.base, params)
+    except ConfigError:
+        return None
+    finished = [
+        FinishedTrial(t.number, dict(t.params), ctx.study_dir / str(t.user_attrs["run_dir"]))
+        for t in trial.study.get_trials(deepcopy=False)
+        if t.state is optuna.trial.TrialState.COMPLETE
+        and t.user_attrs.get("run_dir")
+        and t.user_attrs.get("same_as") is None
+    ]
+    finished = [f for f in finished if (f.run_dir / SUMMARY_FILE).is_file()]
+    return forecast_trial(
+        params, finished, ctx.space.objectives[0], _diagnose_options(spec, ctx.probe_path)
+    )
 
 
 def _measure(trial: optuna.Trial, ctx: TrialContext, params: dict[str, Any]) -> list[float]:

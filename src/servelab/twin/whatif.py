@@ -7,16 +7,18 @@ bootstrap draws.
 
 Where the new limits make steps the run never had, the fit is a line carried past its
 last point, and the run cannot say how the step grows there. Two readings of the cost
-agree with the run on every step it had and part only beyond it:
+agree with the run on every step it had and part only beyond it, one at each extreme:
 
-- steps that prefill more prompt tokens than any step of the run: the fit, against a
-  reading in which a decode step costs what the least-loaded level measured and a
-  prefilling step's cost grows with its prompt tokens;
-- steps that decode more requests than any step of the run: the fit's line, against a
-  step that costs no more than at the largest batch the run held.
+- steps that prefill more prompt tokens than any step of the run: a prefilling step that
+  costs as at the run's mean chunk whatever it holds, against one whose cost beyond a
+  decode step (the least-loaded level's measured TPOT) grows in proportion to its prompt
+  tokens;
+- steps that decode more requests than any step of the run: a step that costs no more
+  than at the largest batch the run held, against one that grows in proportion to its
+  requests past it (no gain from batching).
 
-Neither reading is favoured: the predicted ratio is their geometric middle, the interval
-spans both readings' draws, and the forecast says "extrapolated" and why.
+Neither extreme is favoured: the predicted ratio is their geometric middle, the interval
+spans the fit's and both readings' draws, and the forecast says "extrapolated" and why.
 """
 
 from __future__ import annotations
@@ -101,13 +103,18 @@ def what_if(
             notes=["the replay at the new values is the run's own, step for step"],
         )
     after = twin.replay(new_limits)
-    readings: list[tuple[dict[int, ReplayedLevel], dict[int, ReplayedLevel]]] = [(before, after)]
+    fit: list[Pair] = [(before, after)]
+    extremes: list[Pair] = []
     extrapolated = []
-    for why, reading in _other_readings(twin, before, after):
+    for why, readings in _other_readings(twin, before, after):
         extrapolated.append(why)
-        readings.append((twin.replay(reading=reading), twin.replay(new_limits, reading)))
+        extremes += [
+            (twin.replay(reading=reading), twin.replay(new_limits, reading)) for reading in readings
+        ]
     forecasts = [
-        _forecast(twin, level, metric, readings) for level in sorted(after) for metric in metrics
+        _forecast(twin, level, metric, fit, extremes)
+        for level in sorted(after)
+        for metric in metrics
     ]
     notes = []
     if "kv_capacity_tokens" in changes:
@@ -124,14 +131,18 @@ def what_if(
     )
 
 
+Pair = tuple[Mapping[int, ReplayedLevel], Mapping[int, ReplayedLevel]]
+"""A reading's replays of the run: under its own limits, and under the new ones."""
+
+
 def _forecast(
-    twin: Twin,
-    level: int,
-    metric: str,
-    readings: Sequence[tuple[Mapping[int, ReplayedLevel], Mapping[int, ReplayedLevel]]],
+    twin: Twin, level: int, metric: str, fit: Sequence[Pair], extremes: Sequence[Pair]
 ) -> Forecast | None:
+    """The metric's new / old: at the fit, or where the new limits reach past the run, the
+    geometric middle of the extreme readings (the fit lies between them); the interval
+    spans every reading's draws."""
     points, lows, highs = [], [], []
-    for before, after in readings:
+    for before, after in [*fit, *extremes]:
         old, new = before.get(level), after.get(level)
         if old is None or new is None:
             return None
@@ -146,10 +157,11 @@ def _forecast(
         points.append(point)
         lows.append(min(float(np.percentile(ratios, INTERVAL[0])), point) if ratios else point)
         highs.append(max(float(np.percentile(ratios, INTERVAL[1])), point) if ratios else point)
-    factor = math.exp(sum(math.log(p) for p in points) / len(points))
+    middle = points[len(fit) :] or points
+    factor = math.exp(sum(math.log(p) for p in middle) / len(middle))
     summary = next((lv for lv in twin.levels if lv.level == level), None)
     measured = getattr(summary, metric, None) if summary is not None else None
-    fallback = readings[0][1][level].metrics.get(metric)
+    fallback = fit[0][1][level].metrics.get(metric)
     return Forecast(
         level=level,
         load=load_label(summary) if summary is not None else str(level),
@@ -195,9 +207,10 @@ def _ratio(old: float | None, new: float | None) -> float | None:
 
 def _other_readings(
     twin: Twin, before: Mapping[int, ReplayedLevel], after: Mapping[int, ReplayedLevel]
-) -> list[tuple[str, Reading]]:
-    """The readings that part from the fit only where the new limits reach past the run."""
-    out: list[tuple[str, Reading]] = []
+) -> list[tuple[str, list[Reading]]]:
+    """For each way the new limits reach past the run, the two readings of the cost that
+    agree with it on every step it had and part beyond them."""
+    out: list[tuple[str, list[Reading]]] = []
     run_prefill = max((lv.most_prefill for lv in before.values()), default=0)
     new_prefill = max((lv.most_prefill for lv in after.values()), default=0)
     steps = sum(lv.prefill_steps for lv in before.values())
@@ -205,18 +218,18 @@ def _other_readings(
         chunk = sum(lv.prefill_tokens for lv in before.values()) / steps
         decode_ms = _decode_step_ms(twin, before)
         measured = (
-            f"a decode step costs what the least-loaded level measured ({decode_ms:.3g} ms)"
+            f"from a decode step of what the least-loaded level measured ({decode_ms:.3g} ms)"
             if decode_ms is not None
-            else "a decode step costs what the fit says"
+            else "from the fit's decode step"
         )
         out.append(
             (
                 f"steps would prefill up to {new_prefill:,} prompt tokens, where the run's "
                 f"prefilled at most {run_prefill:,}: how a step's cost grows with its prompt "
-                f"tokens past that is not in the run, so the interval spans the fit and a "
-                f"reading in which {measured} and a prefilling step's cost grows in "
-                f"proportion to its prompt tokens (the run's mean chunk: {chunk:,.0f})",
-                _per_token(chunk, decode_ms),
+                "tokens past that is not in the run, so the interval spans a prefilling step "
+                f"that costs as at the run's mean chunk ({chunk:,.0f} tokens) and one whose "
+                f"cost grows in proportion to its prompt tokens {measured}",
+                [_per_step(chunk), _per_token(chunk, decode_ms)],
             )
         )
     run_batch = max((lv.most_decoding for lv in before.values()), default=0)
@@ -225,9 +238,9 @@ def _other_readings(
         out.append(
             (
                 f"steps would decode up to {new_batch} requests, where the run's decoded at "
-                f"most {run_batch}: past that the interval spans the fit's line and a step "
-                f"that costs no more than at {run_batch}",
-                _flat_beyond(run_batch),
+                f"most {run_batch}: past that, the interval spans a step that costs no more "
+                f"than at {run_batch} and one that grows in proportion to its requests",
+                [_flat_beyond(run_batch), _proportional_beyond(run_batch)],
             )
         )
     return out
@@ -262,6 +275,19 @@ def _per_token(chunk: float, decode_ms: float | None) -> Reading:
     return read
 
 
+def _per_step(chunk: float) -> Reading:
+    """A prefilling step costs as at the run's mean chunk, whatever it prefills."""
+
+    def read(cost: LinearStepCost) -> LinearStepCost:
+        return replace(
+            cost,
+            per_prefill_token_ms=0.0,
+            prefill_step_ms=cost.prefill_step_ms + cost.per_prefill_token_ms * chunk,
+        )
+
+    return read
+
+
 @dataclass(frozen=True, slots=True)
 class _FlatBeyond:
     """The fitted cost up to `batch` decoding requests; past it, a step costs as at `batch`."""
@@ -283,5 +309,33 @@ class _FlatBeyond:
 def _flat_beyond(batch: int) -> Reading:
     def read(cost: LinearStepCost) -> _FlatBeyond:
         return _FlatBeyond(cost, batch)
+
+    return read
+
+
+@dataclass(frozen=True, slots=True)
+class _ProportionalBeyond:
+    """The fitted cost up to `batch` decoding requests; past it, a step costs as at `batch`
+    times the requests over `batch` (no gain from batching past what the run held)."""
+
+    inner: LinearStepCost
+    batch: int
+
+    @property
+    def kv_capacity_tokens(self) -> int | None:
+        return self.inner.kv_capacity_tokens
+
+    def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
+        if decode_batch <= self.batch:
+            return self.inner.step_s(decode_batch, decode_context_tokens, prefill_tokens)
+        context = round(decode_context_tokens * self.batch / decode_batch)
+        at_edge = self.inner.step_s(self.batch, context, 0)
+        prefill = self.inner.step_s(self.batch, context, prefill_tokens) - at_edge
+        return at_edge * decode_batch / self.batch + prefill
+
+
+def _proportional_beyond(batch: int) -> Reading:
+    def read(cost: LinearStepCost) -> _ProportionalBeyond:
+        return _ProportionalBeyond(cost, batch)
 
     return read

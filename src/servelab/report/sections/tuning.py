@@ -197,6 +197,10 @@ def _noise(study: StudyResult) -> list[Block]:
         if row.prediction is not None:
             mark: Tone = "good" if row.prediction.verdict == "inside" else "warn"
             lines.append((mark, sentence(f"trial {row.number}: {row.prediction.text}"), []))
+        if row.twin is not None:
+            measured = row.values[0] if row.values else None
+            said: Tone = "good" if row.twin.verdict(measured) == "inside" else "warn"
+            lines.append((said, sentence(f"trial {row.number}: {row.twin.text(measured)}"), []))
     if not lines:
         return []
     return [Paragraph("Is the best better, or luckier?"), Bullets(lines)]

@@ -1,0 +1,133 @@
+"""A trial's objective predicted before it launches: the twin of a finished trial that
+differs from it only in limits the twin replays (running cap, step budget, KV cache),
+replayed at the new trial's values.
+
+Every finished trial is a run the twin can be fitted on, so the study learns as it goes:
+the source is the finished trial nearest to the new one (fewest limits changed, then the
+smallest change on a log scale). A trial that changes anything else (CUDA graphs, a
+layout, a kernel) gets no prediction, and says why.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servelab.core.errors import ServelabError
+from servelab.diagnose.options import DiagnoseOptions
+from servelab.diagnose.whatif_run import KNOB_LIMITS, fitted_twin
+from servelab.tune.results import ObjectiveSpec, TwinForecast
+from servelab.twin import Twin
+from servelab.twin.whatif import what_if
+
+__all__ = ["FinishedTrial", "forecast_trial", "limit_changes"]
+
+_KNOB_PREFIX = "knobs."
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedTrial:
+    """A complete trial the twin can be fitted on."""
+
+    number: int
+    params: Mapping[str, Any]
+    run_dir: Path
+
+
+def limit_changes(base: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, int | None] | None:
+    """The twin's limits that `new` sets differently from `base`; None when `new` changes
+    anything the twin does not replay."""
+    changes: dict[str, int | None] = {}
+    for path in set(base) | set(new):
+        if base.get(path) == new.get(path):
+            continue
+        limit = KNOB_LIMITS.get(path.removeprefix(_KNOB_PREFIX))
+        value = new.get(path)
+        if limit is None or not path.startswith(_KNOB_PREFIX) or not isinstance(value, int):
+            return None
+        changes[limit] = value
+    return changes
+
+
+def forecast_trial(
+    params: Mapping[str, Any],
+    finished: Sequence[FinishedTrial],
+    objective: ObjectiveSpec,
+    options: DiagnoseOptions,
+) -> TwinForecast | None:
+    """The twin's prediction of `objective` at `params`; None where no finished trial
+    differs from it in replayable limits alone."""
+    candidates = [
+        (trial, changes)
+        for trial in finished
+        if (changes := limit_changes(trial.params, params)) is not None
+    ]
+    if not candidates:
+        return None
+    trial, changes = min(
+        candidates,
+        key=lambda c: (len(c[1]), _distance(c[0].params, params), -c[0].number),
+    )
+    try:
+        twin = _twin(trial.run_dir, options.model_dump_json())
+    except ServelabError:
+        return None
+    level = _level(twin, objective.at)
+    if level is None:
+        return None
+    summary = next(lv for lv in twin.levels if lv.level == level)
+    measured = getattr(summary, objective.metric, None)
+    if not isinstance(measured, int | float) or not measured:
+        return None
+    result = what_if(twin, changes, metrics=(objective.metric,)) if changes else None
+    forecast = result.forecast(level, objective.metric) if result is not None else None
+    if result is not None and (forecast is None or forecast.factor is None):
+        return None
+    factor = forecast.factor if forecast is not None and forecast.factor else 1.0
+    low = forecast.low if forecast is not None and forecast.low is not None else factor
+    high = forecast.high if forecast is not None and forecast.high is not None else factor
+    return TwinForecast(
+        from_trial=trial.number,
+        metric=objective.metric,
+        at=objective.at,
+        changes=changes,
+        predicted=measured * factor,
+        low=measured * low,
+        high=measured * high,
+        extrapolated=list(result.extrapolated) if result is not None else [],
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _twin(run_dir: Path, options: str) -> Twin:
+    """A finished trial's twin, fitted once per study process (`options` as JSON)."""
+    return fitted_twin(run_dir, DiagnoseOptions.model_validate_json(options))[0]
+
+
+def _level(twin: Twin, at: float | None) -> int | None:
+    done = [lv for lv in twin.levels if lv.completed]
+    if not done:
+        return None
+    if at is None:
+        return done[-1].level
+    for level in done:
+        value = level.max_concurrency if level.load_mode == "concurrency" else level.request_rate
+        if value is not None and math.isclose(float(value), at):
+            return level.level
+    return None
+
+
+def _distance(base: Mapping[str, Any], new: Mapping[str, Any]) -> float:
+    return sum(
+        abs(math.log(float(new[path]) / float(base[path])))
+        for path in set(base) & set(new)
+        if _whole(base[path]) and _whole(new[path]) and base[path] > 0 and new[path] > 0
+    )
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
