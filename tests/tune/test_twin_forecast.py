@@ -3,7 +3,9 @@ in limits the twin replays."""
 
 from __future__ import annotations
 
-from servelab.tune.twin_forecast import limit_changes
+from servelab.tune.results import TwinForecast
+from servelab.tune.targets import Constraint
+from servelab.tune.twin_forecast import limit_changes, surely_violated
 
 
 def test_a_trial_changing_only_limits_is_replayed_at_their_new_values():
@@ -18,3 +20,29 @@ def test_a_trial_changing_anything_else_gets_no_prediction():
     assert limit_changes(base, {**base, "knobs.cuda_graph": True}) is None
     assert limit_changes(base, {**base, "layout": "tp=4,pp=2"}) is None
     assert limit_changes(base, {**base, "knobs.max_running_requests": "lots"}) is None
+
+
+def _forecast(low: float, high: float) -> TwinForecast:
+    return TwinForecast(
+        from_trial=0,
+        metric="median_ttft_ms",
+        at=64,
+        changes={"running_cap": 32},
+        predicted=(low + high) / 2,
+        low=low,
+        high=high,
+    )
+
+
+def test_a_trial_is_pruned_only_where_its_whole_interval_breaks_the_constraint():
+    bound = Constraint(
+        text="median_ttft_ms <= 500 @ 64", metric="median_ttft_ms", at=64, op="<=", value=500
+    )
+    assert surely_violated(bound, _forecast(700, 900))
+    assert not surely_violated(bound, _forecast(400, 900))
+    assert not surely_violated(bound, _forecast(100, 300))
+    floor = Constraint(
+        text="total_throughput >= 1000", metric="total_throughput", at=None, op=">=", value=1000
+    )
+    assert surely_violated(floor, _forecast(200, 900))
+    assert not surely_violated(floor, _forecast(900, 1100))

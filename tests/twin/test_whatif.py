@@ -11,7 +11,7 @@ import pytest
 from servelab.sim.policy import EXACT_RESERVE
 from servelab.twin import EngineLimits, TwinInputs, fit_twin
 from servelab.twin.lifting import Objective, lift_limits
-from servelab.twin.whatif import what_if
+from servelab.twin.whatif import launch_saved, what_if, what_if_step
 from tests.twin.planted import measured_run
 
 CONCURRENCIES = (1, 4, 16)
@@ -96,3 +96,17 @@ def test_a_small_budget_binds_and_its_lift_states_the_trade_on_tpot():
     budget = next(lift for lift in lifts if lift.limit == "batch_tokens")
     assert budget.binding and lifts[0] is budget
     assert any(trade.startswith("median TPOT") for trade in budget.trades), budget.trades
+
+
+def test_a_per_step_saving_replayed_gains_less_where_steps_are_batched():
+    """CUDA graphs save launches per step: at one stream that is most of the step, at 16
+    the per-request and per-token terms stay. The two ends bracket the point."""
+    limits = EngineLimits(EXACT_RESERVE, running_cap=16, batch_tokens=2048)
+    twin, levels = _twin(limits)
+    result = what_if_step(twin, [launch_saved(2.0), launch_saved(4.0)], "graphs")
+    single = result.forecast(levels[0].level, "median_tpot_ms")
+    heavy = result.forecast(levels[-1].level, "median_tpot_ms")
+    assert single is not None and heavy is not None
+    assert single.low <= single.factor <= single.high < 1
+    assert heavy.factor > single.factor, (single, heavy)
+    assert result.notes == ["graphs"] and not result.changes

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from servelab.bench.results import LevelSummary
 from servelab.diagnose.actions import knob_action
 from servelab.diagnose.facts import RunFacts
 from servelab.diagnose.findings import Evidence, ExpectedGain, Finding, FindingKind, Severity
@@ -29,7 +30,7 @@ from servelab.twin.lifting import (
     metric_name,
     objective_misses,
 )
-from servelab.twin.whatif import Forecast, WhatIf, what_if
+from servelab.twin.whatif import Forecast, WhatIf, launch_saved, what_if, what_if_step
 
 __all__ = ["LIMIT_KINDS", "expected_gains", "rank_by_replay"]
 
@@ -90,7 +91,44 @@ def rank_by_replay(
         else:
             finding = _not_binding(existing, lift)
         out = [f for f in out if f is not existing] + [finding]
+    out = [_with_graph_gains(f, twin, objective) for f in out]
     return out, notes
+
+
+def _with_graph_gains(finding: Finding, twin: Twin, objective: Objective) -> Finding:
+    """CUDA graphs on, replayed: the rule's single-stream step with graphs at its two ends
+    (from the model's launch and kernel floors) is a per-step saving; the fitted cost less
+    each, replayed at every level, is what graphs do where steps are batched."""
+    gain = finding.expected_gain
+    if finding.kind is not FindingKind.LAUNCH_OVERHEAD or gain is None or gain.low is None:
+        return finding
+    if gain.high is None or gain.low <= 1.0 or gain.at is None:
+        return finding
+    level = next((lv for lv in twin.levels if _label(lv) == gain.at), None)
+    tpot = level.median_tpot_ms if level is not None else None
+    if not tpot:
+        return finding
+    ends = [launch_saved(tpot - tpot / factor) for factor in (gain.low, gain.high)]
+    why = (
+        f"CUDA graphs replayed: a step saves {tpot - tpot / gain.low:.3g}-"
+        f"{tpot - tpot / gain.high:.3g} ms of its fitted per-step cost (the rule's ends at "
+        f"{gain.at}, from the model's launch and kernel floors); the interval spans both ends"
+    )
+    whatif = what_if_step(twin, ends, why, metrics=_STATED)
+    added = [
+        _gain(f, whatif, None)
+        for metric in _STATED
+        if (f := whatif.forecast(objective.worst_level, metric)) is not None and _moves(f)
+    ]
+    if not added:
+        return finding
+    return finding.model_copy(update={"expected_gains": [*finding.expected_gains, *added]})
+
+
+def _label(level: LevelSummary) -> str | None:
+    if level.max_concurrency is not None:
+        return f"concurrency {level.max_concurrency}"
+    return f"{level.request_rate:g} req/s" if level.request_rate is not None else None
 
 
 def expected_gains(
@@ -125,22 +163,22 @@ def _moves(forecast: Forecast) -> bool:
     return forecast.low > 1 or forecast.high < 1
 
 
-def _gain(forecast: Forecast, whatif: WhatIf, change: tuple[str, int]) -> ExpectedGain:
+def _gain(forecast: Forecast, whatif: WhatIf, change: tuple[str, int] | None) -> ExpectedGain:
     assert forecast.factor is not None and forecast.low is not None
     assert forecast.high is not None
     lower = forecast.metric in _LOWER_IS_BETTER
     factor = 1 / forecast.factor if lower else forecast.factor
     low, high = (1 / forecast.high, 1 / forecast.low) if lower else (forecast.low, forecast.high)
     reach = f"; extrapolated: {whatif.extrapolated[0]}" if whatif.extrapolated else ""
+    at = changes_text(dict([change])) if change is not None else "the changed step"
     return ExpectedGain(
         factor=round(factor, 3),
         metric=metric_name(forecast.metric),
         at=_at(forecast.load),
-        source=f"the twin's replay at {changes_text(dict([change]))}",
+        source=f"the twin's replay at {at}",
         text=(
             f"{metric_name(forecast.metric)} {factor:.2f}x ({low:.2f}-{high:.2f}) at "
-            f"{_at(forecast.load)}, the run's levels replayed at "
-            f"{changes_text(dict([change]))}{reach}"
+            f"{_at(forecast.load)}, the run's levels replayed at {at}{reach}"
         ),
         low=round(low, 3),
         high=round(high, 3),

@@ -48,10 +48,10 @@ from servelab.store import SUMMARY_FILE, RunDir
 from servelab.tune.capacity import capacity_plan, give_up_below
 from servelab.tune.params import apply_params
 from servelab.tune.prune import available_gpus, check_fit, layout_model
-from servelab.tune.results import TwinForecast
+from servelab.tune.results import ObjectiveSpec, TwinForecast
 from servelab.tune.space import SearchSpace
-from servelab.tune.targets import CAPACITY, level_at, read_metric
-from servelab.tune.twin_forecast import FinishedTrial, forecast_trial
+from servelab.tune.targets import CAPACITY, Constraint, level_at, read_metric
+from servelab.tune.twin_forecast import FinishedTrial, forecast_trial, surely_violated
 
 __all__ = [
     "TrialContext",
@@ -120,13 +120,15 @@ def run_trial(trial: optuna.Trial, ctx: TrialContext) -> list[float]:
     trial.set_user_attr("role", role)
     trial.set_user_attr("host", socket.gethostname())
     params = {p.path: p.suggest(trial) for p in space.params}
-    forecast = _twin_forecast(trial, ctx, params)
+    finished = _finished(trial, ctx)
+    forecast = _twin_forecast(ctx, params, finished, space.objectives[0])
     if forecast is not None:
         trial.set_user_attr("twin", forecast.model_dump())
     said = forecast.text(None) if forecast is not None else None
     ctx.on_event(TrialEvent(trial.number, role, params, text=said))
     started = time.monotonic()
     try:
+        _prune_by_twin(ctx, params, finished)
         values = _measure(trial, ctx, params)
     except optuna.TrialPruned as exc:
         _end(trial, ctx, "pruned", str(exc), started)
@@ -138,26 +140,44 @@ def run_trial(trial: optuna.Trial, ctx: TrialContext) -> list[float]:
     return values
 
 
-def _twin_forecast(
-    trial: optuna.Trial, ctx: TrialContext, params: dict[str, Any]
-) -> TwinForecast | None:
-    """The objective predicted by the twin of the nearest finished trial that differs from
-    this one only in limits the twin replays; None where there is none."""
-    try:
-        spec = apply_params(ctx.space.base, params)
-    except ConfigError:
-        return None
-    finished = [
+def _finished(trial: optuna.Trial, ctx: TrialContext) -> list[FinishedTrial]:
+    """The study's complete trials with a run the twin can be fitted on."""
+    out = [
         FinishedTrial(t.number, dict(t.params), ctx.study_dir / str(t.user_attrs["run_dir"]))
         for t in trial.study.get_trials(deepcopy=False)
         if t.state is optuna.trial.TrialState.COMPLETE
         and t.user_attrs.get("run_dir")
         and t.user_attrs.get("same_as") is None
     ]
-    finished = [f for f in finished if (f.run_dir / SUMMARY_FILE).is_file()]
-    return forecast_trial(
-        params, finished, ctx.space.objectives[0], _diagnose_options(spec, ctx.probe_path)
-    )
+    return [f for f in out if (f.run_dir / SUMMARY_FILE).is_file()]
+
+
+def _twin_forecast(
+    ctx: TrialContext,
+    params: dict[str, Any],
+    finished: list[FinishedTrial],
+    target: ObjectiveSpec | Constraint,
+) -> TwinForecast | None:
+    """The target predicted by the twin of the nearest finished trial that differs from
+    this one only in limits the twin replays; None where there is none."""
+    if not finished:
+        return None
+    try:
+        spec = apply_params(ctx.space.base, params)
+    except ConfigError:
+        return None
+    return forecast_trial(params, finished, target, _diagnose_options(spec, ctx.probe_path))
+
+
+def _prune_by_twin(
+    ctx: TrialContext, params: dict[str, Any], finished: list[FinishedTrial]
+) -> None:
+    """A trial the twin predicts cannot meet a constraint at any of its draws is not run
+    (the twin never prunes on anything it does not replay: output quality, a layout)."""
+    for constraint in ctx.space.constraints:
+        forecast = _twin_forecast(ctx, params, finished, constraint)
+        if forecast is not None and surely_violated(constraint, forecast):
+            raise optuna.TrialPruned(f"{forecast.text(None)}: all of it outside {constraint.text}")
 
 
 def _measure(trial: optuna.Trial, ctx: TrialContext, params: dict[str, Any]) -> list[float]:

@@ -21,10 +21,11 @@ from servelab.core.errors import ServelabError
 from servelab.diagnose.options import DiagnoseOptions
 from servelab.diagnose.whatif_run import KNOB_LIMITS, fitted_twin
 from servelab.tune.results import ObjectiveSpec, TwinForecast
+from servelab.tune.targets import Constraint
 from servelab.twin import Twin
 from servelab.twin.whatif import what_if
 
-__all__ = ["FinishedTrial", "forecast_trial", "limit_changes"]
+__all__ = ["FinishedTrial", "forecast_trial", "limit_changes", "surely_violated"]
 
 _KNOB_PREFIX = "knobs."
 
@@ -56,11 +57,11 @@ def limit_changes(base: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
 def forecast_trial(
     params: Mapping[str, Any],
     finished: Sequence[FinishedTrial],
-    objective: ObjectiveSpec,
+    objective: ObjectiveSpec | Constraint,
     options: DiagnoseOptions,
 ) -> TwinForecast | None:
-    """The twin's prediction of `objective` at `params`; None where no finished trial
-    differs from it in replayable limits alone."""
+    """The twin's prediction of an objective's (or a constraint's) metric at `params`;
+    None where no finished trial differs from it in replayable limits alone."""
     candidates = [
         (trial, changes)
         for trial in finished
@@ -131,3 +132,9 @@ def _distance(base: Mapping[str, Any], new: Mapping[str, Any]) -> float:
 
 def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def surely_violated(constraint: Constraint, forecast: TwinForecast) -> bool:
+    """Whether the whole predicted interval lies on the constraint's wrong side: a trial
+    the twin says cannot meet it at any of its draws."""
+    return constraint.violation(forecast.low) > 0 and constraint.violation(forecast.high) > 0

@@ -36,7 +36,7 @@ from servelab.twin.metrics import METRICS
 from servelab.twin.model import Reading, ReplayedLevel, Twin
 from servelab.twin.replay import EngineLimits
 
-__all__ = ["LIMIT_NAMES", "Forecast", "WhatIf", "what_if"]
+__all__ = ["LIMIT_NAMES", "Forecast", "WhatIf", "launch_saved", "what_if", "what_if_step"]
 
 LIMIT_NAMES = ("running_cap", "kv_capacity_tokens", "batch_tokens")
 """The limits a replay can change (`servelab.twin.replay.EngineLimits`)."""
@@ -161,7 +161,7 @@ def _forecast(
     factor = math.exp(sum(math.log(p) for p in middle) / len(middle))
     summary = next((lv for lv in twin.levels if lv.level == level), None)
     measured = getattr(summary, metric, None) if summary is not None else None
-    fallback = fit[0][1][level].metrics.get(metric)
+    fallback = [*fit, *extremes][0][1][level].metrics.get(metric)
     return Forecast(
         level=level,
         load=load_label(summary) if summary is not None else str(level),
@@ -172,6 +172,38 @@ def _forecast(
         low=min(lows),
         high=max(highs),
     )
+
+
+def what_if_step(
+    twin: Twin, ends: Sequence[Reading], why: str, *, metrics: Sequence[str] = METRICS
+) -> WhatIf:
+    """Every level replayed with the step itself changed (the limits as set): each of
+    `ends` is one end of what the change could do to the fitted cost; the point is their
+    geometric middle, the interval spans both ends' draws."""
+    before = twin.replay()
+    extremes: list[Pair] = [(before, twin.replay(reading=end)) for end in ends]
+    forecasts = [
+        _forecast(twin, level, metric, [], extremes)
+        for level in sorted(before)
+        for metric in metrics
+    ]
+    return WhatIf(
+        changes={},
+        forecasts=[f for f in forecasts if f is not None],
+        extrapolated=[],
+        refused=0,
+        notes=[why],
+    )
+
+
+def launch_saved(saved_ms: float) -> Reading:
+    """A step that launches its kernels as one graph: the fitted per-step cost, less what
+    the launches cost (never below nothing)."""
+
+    def read(cost: LinearStepCost) -> LinearStepCost:
+        return replace(cost, base_ms=max(cost.base_ms - saved_ms, 0.0))
+
+    return read
 
 
 def _same(before: Mapping[int, ReplayedLevel], after: Mapping[int, ReplayedLevel]) -> bool:
