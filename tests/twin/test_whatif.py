@@ -6,11 +6,14 @@ limit that was planted.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from servelab.sim.policy import EXACT_RESERVE
 from servelab.twin import EngineLimits, TwinInputs, fit_twin
 from servelab.twin.lifting import Objective, lift_limits
+from servelab.twin.model import SLO_MISSES
 from servelab.twin.whatif import launch_saved, what_if, what_if_step
 from tests.twin.planted import measured_run
 
@@ -110,3 +113,17 @@ def test_a_per_step_saving_replayed_gains_less_where_steps_are_batched():
     assert single.low <= single.factor <= single.high < 1
     assert heavy.factor > single.factor, (single, heavy)
     assert result.notes == ["graphs"] and not result.changes
+
+
+def test_with_slos_the_objective_is_the_share_of_requests_missing_them():
+    """A TTFT SLO the capped run's queue breaks: lifting the cap cuts the share missing it."""
+    limits = EngineLimits(EXACT_RESERVE, running_cap=4, batch_tokens=4096)
+    twin, levels = _twin(limits)
+    worst = levels[-1]
+    assert worst.median_ttft_ms
+    with_slo = replace(twin, slo_ms={"ttft": worst.median_ttft_ms / 4}, _memo={})
+    lifts = lift_limits(with_slo, Objective.of(levels, knee_concurrency=None))
+    cap = lifts[0]
+    assert cap.limit == "running_cap" and cap.binding
+    assert cap.latency is not None and cap.latency.metric == SLO_MISSES
+    assert cap.latency.factor < 1 and cap.latency.predicted < 0.5, cap.latency

@@ -87,6 +87,12 @@ def build_twin(
 
 def fit_twin(inputs: TwinInputs, *, resamples: int = 48, draws: int = 8, seed: int = 0) -> Twin:
     """The run's fitted engine, ready to replay under other limits, with its twin.json."""
+    twin = _fit(inputs, resamples=resamples, draws=draws, seed=seed)
+    slo = next((lv.slo_ms for lv in inputs.levels if lv.slo_ms), None)
+    return replace(twin, slo_ms=slo, _memo={}) if slo else twin
+
+
+def _fit(inputs: TwinInputs, *, resamples: int, draws: int, seed: int) -> Twin:
     levels = [lv for lv in inputs.levels if (lv.completed or 0) > 0]
     requests = [r for r in timelines(inputs.rows) if r.level in {lv.level for lv in levels}]
     if not requests:

@@ -2,8 +2,8 @@
 
 A limit binds when lifting it moves the objective, and the binding limit is the one that
 moves it most. The objective is read where the run hurt most: the share of requests that
-meet the run's SLOs at its heaviest level where it has SLOs; otherwise median TTFT at the
-heaviest level and total throughput at the knee, both reported. A move counts only when
+miss the run's SLOs at its heaviest level where it has SLOs, otherwise median TTFT there;
+and total throughput at the knee. Both are reported. A move counts only when
 the fit's draws agree on its direction and it is larger than the replay's own miss of
 that metric at that level: a gain the twin cannot tell from its own error is not a
 finding.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from servelab.bench.results import LevelSummary
 from servelab.twin.compare import REPRODUCED
-from servelab.twin.model import Twin
+from servelab.twin.model import SLO_MISSES, Twin
 from servelab.twin.whatif import Forecast, WhatIf, what_if
 
 __all__ = [
@@ -36,7 +36,7 @@ _TTFT, _TPOT, _THROUGHPUT, _E2E = (
     "total_throughput",
     "median_e2e_latency_ms",
 )
-_LOWER_IS_BETTER = {_TTFT, _TPOT, _E2E, "p90_ttft_ms", "p90_tpot_ms"}
+_LOWER_IS_BETTER = {_TTFT, _TPOT, _E2E, "p90_ttft_ms", "p90_tpot_ms", SLO_MISSES}
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +131,7 @@ def lift_limits(
 
 def _lift(twin: Twin, objective: Objective, name: str, value: int, lifted: int | None) -> Lift:
     whatif = what_if(twin, {name: lifted})
-    streamed = twin.streamed.get(objective.worst_level, True)
-    latency = whatif.forecast(objective.worst_level, _TTFT if streamed else _E2E)
+    latency = whatif.forecast(objective.worst_level, _latency_metric(twin, objective))
     knee = objective.knee_level if objective.knee_level is not None else objective.worst_level
     throughput = whatif.forecast(knee, _THROUGHPUT)
     moves = [_move(twin, f) for f in (latency, throughput) if f is not None]
@@ -151,6 +150,14 @@ def _lift(twin: Twin, objective: Objective, name: str, value: int, lifted: int |
         trades=_trades(whatif, objective.worst_level),
         too_small=bool(agreed) and not counted,
     )
+
+
+def _latency_metric(twin: Twin, objective: Objective) -> str:
+    """The run's SLOs where it has any; else median TTFT (median E2E where nothing
+    streamed)."""
+    if twin.slo_ms:
+        return SLO_MISSES
+    return _TTFT if twin.streamed.get(objective.worst_level, True) else _E2E
 
 
 def objective_misses(twin: Twin, objective: Objective) -> list[str]:
@@ -215,6 +222,7 @@ _NAMES = {
     "output_throughput": "output throughput",
     "p90_ttft_ms": "p90 TTFT",
     "p90_tpot_ms": "p90 TPOT",
+    SLO_MISSES: "share of requests missing the SLOs",
 }
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from servelab.bench.results import LevelSummary
+from servelab.core.units import MS_PER_S
 from servelab.sim.stepcost import LinearStepCost, StepCost
 from servelab.twin.compare import replayed_batch, replayed_metrics, replayed_window
 from servelab.twin.fit import FittedCost
@@ -14,7 +15,18 @@ from servelab.twin.records import LevelLoad
 from servelab.twin.replay import EngineLimits, LevelReplay, ReplayRequest, replay_level
 from servelab.twin.result import TwinResult
 
-__all__ = ["Reading", "ReplayedLevel", "Twin", "level_load", "replay_all"]
+__all__ = [
+    "SLO_MISSES",
+    "Reading",
+    "ReplayedLevel",
+    "Twin",
+    "level_load",
+    "replay_all",
+    "slo_miss_share",
+]
+
+SLO_MISSES = "slo_miss_share"
+"""The replayed share of a level's requests that miss an SLO, where the run has SLOs."""
 
 Reading = Callable[[LinearStepCost], StepCost]
 """Another reading of a fitted cost: one the run cannot tell from the fit, which differs
@@ -53,6 +65,29 @@ def replay_all(
     return out
 
 
+def slo_miss_share(
+    replay: LevelReplay, slo_ms: Mapping[str, float], *, streamed: bool = True
+) -> float:
+    """Requests missing any SLO (an unknown value misses, as the bench counts it), as
+    (misses + 1/2) / (requests + 1): never 0 or 1, so a change to it is a ratio even where
+    every request met the SLOs or none did."""
+    missed = 0
+    for r in replay.requests:
+        if r.first_s is None or r.last_s is None or r.sent_s is None:
+            missed += 1
+            continue
+        values = {
+            "ttft": (r.first_s - r.sent_s) * MS_PER_S if streamed else None,
+            "e2e": (r.last_s - r.sent_s) * MS_PER_S,
+            "tpot": (r.last_s - r.first_s) / (r.output_tokens - 1) * MS_PER_S
+            if streamed and r.output_tokens > 1
+            else None,
+        }
+        if any((v := values.get(k)) is None or v > bound for k, bound in slo_ms.items()):
+            missed += 1
+    return (missed + 0.5) / (len(replay.requests) + 1)
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayedLevel:
     """One level replayed: its metrics at the fit and at each draw, and what it held."""
@@ -85,6 +120,8 @@ class Twin:
     streamed: Mapping[int, bool]
     limits: EngineLimits
     draws: int
+    slo_ms: Mapping[str, float] | None = None
+    """The run's SLOs (ttft, tpot, e2e in ms), where it was given any."""
     _memo: dict[tuple[EngineLimits, int, bool], dict[int, ReplayedLevel]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -128,8 +165,8 @@ class Twin:
             prompts, streamed = self.prompts.get(level, {}), self.streamed.get(level, True)
             out[level] = ReplayedLevel(
                 level=level,
-                metrics=replayed_metrics(replay, prompts, streamed=streamed),
-                draws=[replayed_metrics(s[level], prompts, streamed=streamed) for s in spread],
+                metrics=self._metrics(replay, prompts, streamed),
+                draws=[self._metrics(s[level], prompts, streamed) for s in spread],
                 decode_batch=replayed_batch(replay, replayed_window(replay)),
                 preemptions=replay.preemptions,
                 refused=sum(1 for r in replay.requests if r.first_s is None),
@@ -139,6 +176,14 @@ class Twin:
                 most_decoding=replay.most_decoding,
             )
         return out
+
+    def _metrics(
+        self, replay: LevelReplay, prompts: Mapping[int, int], streamed: bool
+    ) -> dict[str, float | None]:
+        metrics = replayed_metrics(replay, prompts, streamed=streamed)
+        if self.slo_ms:
+            metrics[SLO_MISSES] = slo_miss_share(replay, self.slo_ms, streamed=streamed)
+        return metrics
 
     def _overhead(self, draw: int) -> float:
         if draw < len(self.overhead_draws_s):

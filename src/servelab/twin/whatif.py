@@ -33,7 +33,7 @@ from servelab.sim.stepcost import LinearStepCost
 from servelab.twin.compare import load_label
 from servelab.twin.fit import INTERVAL
 from servelab.twin.metrics import METRICS
-from servelab.twin.model import Reading, ReplayedLevel, Twin
+from servelab.twin.model import SLO_MISSES, Reading, ReplayedLevel, Twin
 from servelab.twin.replay import EngineLimits
 
 __all__ = ["LIMIT_NAMES", "Forecast", "WhatIf", "launch_saved", "what_if", "what_if_step"]
@@ -75,9 +75,12 @@ class WhatIf:
 
 
 def what_if(
-    twin: Twin, changes: Mapping[str, int | None], *, metrics: Sequence[str] = METRICS
+    twin: Twin, changes: Mapping[str, int | None], *, metrics: Sequence[str] | None = None
 ) -> WhatIf:
-    """Every level of the run replayed with `changes` applied to its limits."""
+    """Every level of the run replayed with `changes` applied to its limits (every metric
+    twin.json compares, and the share missing the SLOs where the run has SLOs)."""
+    if metrics is None:
+        metrics = (*METRICS, SLO_MISSES) if twin.slo_ms else METRICS
     unknown = set(changes) - set(LIMIT_NAMES)
     if unknown:
         raise ValueError(f"no such limit: {', '.join(sorted(unknown))}")
