@@ -127,3 +127,16 @@ def test_with_slos_the_objective_is_the_share_of_requests_missing_them():
     assert cap.limit == "running_cap" and cap.binding
     assert cap.latency is not None and cap.latency.metric == SLO_MISSES
     assert cap.latency.factor < 1 and cap.latency.predicted < 0.5, cap.latency
+
+
+def test_a_step_is_never_faster_than_the_work_the_model_says_it_does():
+    """A budget lifted far past the run's chunks: with a floor that prices each prompt
+    token (the hardware's compute), the replay's prefill cannot come for free."""
+    small = EngineLimits(EXACT_RESERVE, running_cap=16, batch_tokens=64)
+    shape = {"prompt": (480, 540), "output": (8, 16)}
+    twin, levels = _twin(small, **shape)
+    free = what_if(twin, {"batch_tokens": 8192}).forecast(levels[-1].level, "median_ttft_ms")
+    floored = replace(twin, floor=lambda n, context, prompt: prompt * 1e-4, _memo={})
+    paid = what_if(floored, {"batch_tokens": 8192}).forecast(levels[-1].level, "median_ttft_ms")
+    assert free is not None and paid is not None
+    assert paid.factor > free.factor, (free, paid)

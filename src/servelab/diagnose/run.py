@@ -46,7 +46,7 @@ def diagnose_run(
     files = load_run(run_dir, engine=options.engine, probe=options.probe)
     facts = collect_facts(files, options)
     findings = _discount([f for rule in RULES for f in rule(facts)])
-    twin, twin_detail = run_twin(files, facts.engine)
+    twin, twin_detail = run_twin(files, facts.engine, facts.model)
     notes = list(facts.notes)
     if twin is not None:
         findings, replay_notes = rank_by_replay(findings, twin, facts)

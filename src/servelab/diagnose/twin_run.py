@@ -3,18 +3,28 @@ server info), with the admission policy of the engine that served it."""
 
 from __future__ import annotations
 
+import functools
+import math
+from dataclasses import replace
+
 from servelab.core.errors import ConfigError
 from servelab.diagnose.engineconf import EngineConfig, Setting, knob_engine
 from servelab.diagnose.inputs import RunFiles
+from servelab.diagnose.modelview import ModelView
+from servelab.model.perf import step
 from servelab.sim.policy import policy_for
 from servelab.store import REQUESTS_FILE, RunDir
 from servelab.twin import EngineLimits, Twin, TwinInputs, TwinResult, fit_twin
+from servelab.twin.model import StepFloor
 
-__all__ = ["run_twin", "twin_detail"]
+__all__ = ["model_floor", "run_twin", "twin_detail"]
 
 
-def run_twin(files: RunFiles, conf: EngineConfig) -> tuple[Twin | None, str]:
-    """The twin, or None with why not; the second item says what it is in one line."""
+def run_twin(
+    files: RunFiles, conf: EngineConfig, model: ModelView | None = None
+) -> tuple[Twin | None, str]:
+    """The twin, or None with why not; the second item says what it is in one line. With
+    the deployment's model, no replayed step is faster than the hardware's own work."""
     engine = knob_engine(files.engine)
     settings: dict[str, Setting[int] | None] = {
         "running_cap": conf.running_cap,
@@ -36,7 +46,35 @@ def run_twin(files: RunFiles, conf: EngineConfig) -> tuple[Twin | None, str]:
         twin = fit_twin(TwinInputs(files.summary.levels, rows, engine, limits, sources))
     except (ValueError, ConfigError) as exc:
         return None, f"no twin: {exc}"
+    if model is not None:
+        twin = replace(twin, floor=model_floor(model), _memo={})
     return twin, twin_detail(twin.result)
+
+
+def model_floor(model: ModelView) -> StepFloor:
+    """A step's least time by the model: its GPU work and its collectives, without the
+    model's allowance for the engine's own per-step time (that is what the fit measures).
+    Contexts are taken to the nearest 1/16 of a doubling, so a replay asks the model a few
+    hundred distinct questions, not one per step."""
+    deployment, scale = model.deployment, model.time_scale
+
+    @functools.lru_cache(maxsize=1 << 16)
+    def floor_s(decode_batch: int, context_bucket: int, prefill_tokens: int) -> float:
+        context = 2 ** (context_bucket / 16) if context_bucket > 0 else 0.0
+        breakdown = step(
+            deployment,
+            decode_batch=decode_batch,
+            context_tokens=context,
+            prefill_tokens=prefill_tokens,
+        )
+        return (breakdown.gpu_busy_s + breakdown.communication_s) / scale
+
+    def floor(decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
+        per_request = decode_context_tokens / decode_batch if decode_batch else 0.0
+        bucket = round(16 * math.log2(per_request)) if per_request >= 1 else 0
+        return floor_s(decode_batch, bucket, prefill_tokens)
+
+    return floor
 
 
 def twin_detail(twin: TwinResult) -> str:

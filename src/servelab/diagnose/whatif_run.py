@@ -103,7 +103,7 @@ def fitted_twin(run_dir: Path, options: DiagnoseOptions) -> tuple[Twin, str]:
     fitted from; ConfigError where the run gives none."""
     files = load_run(run_dir, engine=options.engine, probe=options.probe)
     facts = collect_facts(files, options)
-    twin, detail = run_twin(files, facts.engine)
+    twin, detail = run_twin(files, facts.engine, facts.model)
     if twin is None:
         raise ConfigError(f"{run_dir}: {detail}")
     return twin, detail

@@ -19,6 +19,7 @@ __all__ = [
     "SLO_MISSES",
     "Reading",
     "ReplayedLevel",
+    "StepFloor",
     "Twin",
     "level_load",
     "replay_all",
@@ -27,6 +28,10 @@ __all__ = [
 
 SLO_MISSES = "slo_miss_share"
 """The replayed share of a level's requests that miss an SLO, where the run has SLOs."""
+
+StepFloor = Callable[[int, int, int], float]
+"""The least a step could take, in seconds, by what it holds (decoding requests, their
+context tokens, prompt tokens): the hardware's own work, from servelab's model."""
 
 Reading = Callable[[LinearStepCost], StepCost]
 """Another reading of a fitted cost: one the run cannot tell from the fit, which differs
@@ -49,10 +54,14 @@ def replay_all(
     *,
     draw: int | None = None,
     reading: Reading | None = None,
+    floor: StepFloor | None = None,
 ) -> dict[int, LevelReplay]:
-    """Every level replayed at the fit (or one of its bootstrap draws)."""
+    """Every level replayed at the fit (or one of its bootstrap draws); with `floor`, no
+    step faster than the hardware's own work."""
     linear = fitted.step_cost(draw, kv_capacity_tokens=limits.kv_capacity_tokens)
     cost: StepCost = reading(linear) if reading is not None else linear
+    if floor is not None:
+        cost = _Floored(cost, floor)
     out = {}
     for level in levels:
         rows = per_level.get(level.level)
@@ -89,6 +98,23 @@ def slo_miss_share(
 
 
 @dataclass(frozen=True, slots=True)
+class _Floored:
+    """A step cost never below the hardware's own work: a line fitted where steps were
+    launch-bound says nothing of a step that computes a thousand times more."""
+
+    inner: StepCost
+    floor: StepFloor
+
+    @property
+    def kv_capacity_tokens(self) -> int | None:
+        return self.inner.kv_capacity_tokens
+
+    def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
+        fitted = self.inner.step_s(decode_batch, decode_context_tokens, prefill_tokens)
+        return max(fitted, self.floor(decode_batch, decode_context_tokens, prefill_tokens))
+
+
+@dataclass(frozen=True, slots=True)
 class ReplayedLevel:
     """One level replayed: its metrics at the fit and at each draw, and what it held."""
 
@@ -122,6 +148,8 @@ class Twin:
     draws: int
     slo_ms: Mapping[str, float] | None = None
     """The run's SLOs (ttft, tpot, e2e in ms), where it was given any."""
+    floor: StepFloor | None = None
+    """Where the model knows the deployment: no replayed step faster than its work."""
     _memo: dict[tuple[EngineLimits, int, bool], dict[int, ReplayedLevel]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -145,7 +173,13 @@ class Twin:
         self, limits: EngineLimits, reading: Reading | None, with_draws: bool
     ) -> dict[int, ReplayedLevel]:
         point = replay_all(
-            self.per_level, self.levels, self.cost, limits, self.overhead_s, reading=reading
+            self.per_level,
+            self.levels,
+            self.cost,
+            limits,
+            self.overhead_s,
+            reading=reading,
+            floor=self.floor,
         )
         count = min(self.draws, self.cost.draws.shape[0]) if with_draws else 0
         spread = [
@@ -157,6 +191,7 @@ class Twin:
                 self._overhead(d),
                 draw=d,
                 reading=reading,
+                floor=self.floor,
             )
             for d in range(count)
         ]
