@@ -29,6 +29,7 @@ __all__ = [
     "check_applied_all",
     "check_prediction",
     "check_predictions",
+    "level_label",
     "parse_applies",
     "predicted_finding",
 ]
@@ -197,12 +198,12 @@ def _level(summary: BenchSummary, at: str | None) -> LevelSummary | None:
     if at is None:
         return None
     for level in summary.levels:
-        if level.completed and _label(level) == at:
+        if level.completed and level_label(level) == at:
             return level
     return None
 
 
-def _label(level: LevelSummary) -> str | None:
+def level_label(level: LevelSummary) -> str | None:
     """The level's operating point as the rules name it (LevelFacts.label)."""
     if level.max_concurrency is not None:
         return f"concurrency {level.max_concurrency}"

@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from servelab.bench.results import LevelSummary
 from servelab.diagnose.actions import knob_action
+from servelab.diagnose.check import level_label
 from servelab.diagnose.facts import RunFacts
 from servelab.diagnose.findings import Evidence, ExpectedGain, Finding, FindingKind, Severity
 from servelab.diagnose.whatif_run import KNOB_LIMITS
@@ -104,7 +104,7 @@ def _with_graph_gains(finding: Finding, twin: Twin, objective: Objective) -> Fin
         return finding
     if gain.high is None or gain.low <= 1.0 or gain.at is None:
         return finding
-    level = next((lv for lv in twin.levels if _label(lv) == gain.at), None)
+    level = next((lv for lv in twin.levels if level_label(lv) == gain.at), None)
     tpot = level.median_tpot_ms if level is not None else None
     if not tpot:
         return finding
@@ -123,12 +123,6 @@ def _with_graph_gains(finding: Finding, twin: Twin, objective: Objective) -> Fin
     if not added:
         return finding
     return finding.model_copy(update={"expected_gains": [*finding.expected_gains, *added]})
-
-
-def _label(level: LevelSummary) -> str | None:
-    if level.max_concurrency is not None:
-        return f"concurrency {level.max_concurrency}"
-    return f"{level.request_rate:g} req/s" if level.request_rate is not None else None
 
 
 def expected_gains(

@@ -21,7 +21,7 @@ from servelab.core.errors import ServelabError
 from servelab.diagnose.options import DiagnoseOptions
 from servelab.diagnose.whatif_run import KNOB_LIMITS, fitted_twin
 from servelab.tune.results import ObjectiveSpec, TwinForecast
-from servelab.tune.targets import Constraint
+from servelab.tune.targets import Constraint, level_at
 from servelab.twin import Twin
 from servelab.twin.whatif import what_if
 
@@ -110,16 +110,8 @@ def _twin(run_dir: Path, options: str) -> Twin:
 
 
 def _level(twin: Twin, at: float | None) -> int | None:
-    done = [lv for lv in twin.levels if lv.completed]
-    if not done:
-        return None
-    if at is None:
-        return done[-1].level
-    for level in done:
-        value = level.max_concurrency if level.load_mode == "concurrency" else level.request_rate
-        if value is not None and math.isclose(float(value), at):
-            return level.level
-    return None
+    level = level_at([lv for lv in twin.levels if lv.completed], at)
+    return level.level if level is not None else None
 
 
 def _distance(base: Mapping[str, Any], new: Mapping[str, Any]) -> float:
