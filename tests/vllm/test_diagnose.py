@@ -45,7 +45,7 @@ def test_the_cache_kv_capacity_asked_for_gives_the_gain_it_predicted(vllm_kv_rer
     """Every gain the cache's action stated lands in its interval, or its measured factor's
     own noise band reaches into it (on two cores a level of 32 streams measured 1.34x with
     a band of 0.59-2.53 in one run, 2.25x in another: the two cannot be told apart)."""
-    diagnosis, check = _check(vllm_kv_rerun)
+    diagnosis, _ = _check(vllm_kv_rerun)
     for each in diagnosis.predictions:
         assert each.verdict in ("inside", "within noise"), each.text
     kv = [f for f in diagnosis.findings if f.kind is FindingKind.KV_CAPACITY]
