@@ -299,9 +299,9 @@ def _compare(
     overhead_s: float,
     draws: int,
 ) -> list[TwinLevel]:
-    replays = replay_all(per_level, levels, cost, limits, overhead_s)
+    replays = replay_all(per_level, levels, cost, limits, overhead_s, track_held=False)
     spread = [
-        replay_all(per_level, levels, cost, limits, overhead_s, draw=d)
+        replay_all(per_level, levels, cost, limits, overhead_s, draw=d, track_held=False)
         for d in range(min(draws, cost.draws.shape[0]))
     ]
     return [

@@ -55,6 +55,7 @@ def replay_all(
     draw: int | None = None,
     reading: Reading | None = None,
     floor: StepFloor | None = None,
+    track_held: bool = True,
 ) -> dict[int, LevelReplay]:
     """Every level replayed at the fit (or one of its bootstrap draws); with `floor`, no
     step faster than the hardware's own work."""
@@ -69,7 +70,12 @@ def replay_all(
             continue
         copies = [replace(r, prefill_chunks=[]) for r in rows]
         out[level.level] = replay_level(
-            level_load(level), copies, step_cost=cost, limits=limits, overhead_s=overhead_s
+            level_load(level),
+            copies,
+            step_cost=cost,
+            limits=limits,
+            overhead_s=overhead_s,
+            track_held=track_held,
         )
     return out
 
@@ -180,6 +186,7 @@ class Twin:
             self.overhead_s,
             reading=reading,
             floor=self.floor,
+            track_held=False,
         )
         count = min(self.draws, self.cost.draws.shape[0]) if with_draws else 0
         spread = [
@@ -192,6 +199,7 @@ class Twin:
                 draw=d,
                 reading=reading,
                 floor=self.floor,
+                track_held=False,
             )
             for d in range(count)
         ]

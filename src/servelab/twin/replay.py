@@ -98,8 +98,10 @@ def replay_level(
     step_cost: StepCost,
     limits: EngineLimits,
     overhead_s: float = 0.0,
+    track_held: bool = True,
 ) -> LevelReplay:
-    """Run the level's requests through a fresh batcher; each request gets its times."""
+    """Run the level's requests through a fresh batcher; each request gets its times (and,
+    with `track_held`, what the steps it lived through held: the end-to-end fit's input)."""
     batcher: Batcher[ReplayRequest] = Batcher(
         step_cost=step_cost,
         chunked_prefill_size=limits.batch_tokens or _unbounded(requests),
@@ -119,10 +121,12 @@ def replay_level(
     last_held, last_s = held, 0.0
     while True:
         for arrived_s, request in clients.arrived(now):
-            share = (now - arrived_s) / last_s if last_s > 0 and now - arrived_s < last_s else 0.0
-            request.held_at_arrival = tuple(
-                h - share * x for h, x in zip(held, last_held, strict=True)
-            )
+            if track_held:
+                late = now - arrived_s
+                share = late / last_s if last_s > 0 and late < last_s else 0.0
+                request.held_at_arrival = tuple(
+                    h - share * x for h, x in zip(held, last_held, strict=True)
+                )
             if batcher.fits(request.prompt_tokens, request.output_tokens):
                 batcher.submit(EngineRequest(request.prompt_tokens, request.output_tokens, request))
             else:  # the engine refuses it: it never gets a token
@@ -137,20 +141,21 @@ def replay_level(
             continue
         end = now + step.duration_s
         prefilled = step.prefill_tokens
-        last_held = (
-            1.0,
-            len(step.decode),
-            step.decode_context_tokens,
-            prefilled,
-            1.0 if prefilled else 0.0,
-        )
+        if track_held:
+            last_held = (
+                1.0,
+                len(step.decode),
+                step.decode_context_tokens,
+                prefilled,
+                1.0 if prefilled else 0.0,
+            )
+            held = tuple(h + x for h, x in zip(held, last_held, strict=True))
         last_s = step.duration_s
         if prefilled:
             prefill_steps += 1
             prefill_tokens += prefilled
             most_prefill = max(most_prefill, prefilled)
         most_decoding = max(most_decoding, len(step.decode))
-        held = tuple(h + x for h, x in zip(held, last_held, strict=True))
         for job, chunk in step.prefill:
             job.owner.prefill_chunks.append((end, chunk))
         steps += 1
@@ -164,7 +169,10 @@ def replay_level(
             if owner.token_s is not None:
                 owner.token_s.append(end)
             if job.phase is Phase.DONE:
-                owner.held = tuple(h - x for h, x in zip(held, owner.held_at_arrival, strict=True))
+                if track_held:
+                    owner.held = tuple(
+                        h - x for h, x in zip(held, owner.held_at_arrival, strict=True)
+                    )
                 clients.finished(owner, end)
         now = end
     return LevelReplay(

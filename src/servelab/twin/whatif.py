@@ -109,10 +109,11 @@ def what_if(
     fit: list[Pair] = [(before, after)]
     extremes: list[Pair] = []
     extrapolated = []
-    for why, readings in _other_readings(twin, before, after):
+    for why, readings, agrees in _other_readings(twin, before, after):
         extrapolated.append(why)
         extremes += [
-            (twin.replay(reading=reading), twin.replay(new_limits, reading)) for reading in readings
+            (before if agrees else twin.replay(reading=reading), twin.replay(new_limits, reading))
+            for reading in readings
         ]
     forecasts = [
         _forecast(twin, level, metric, fit, extremes)
@@ -242,10 +243,11 @@ def _ratio(old: float | None, new: float | None) -> float | None:
 
 def _other_readings(
     twin: Twin, before: Mapping[int, ReplayedLevel], after: Mapping[int, ReplayedLevel]
-) -> list[tuple[str, list[Reading]]]:
+) -> list[tuple[str, list[Reading], bool]]:
     """For each way the new limits reach past the run, the two readings of the cost that
-    agree with it on every step it had and part beyond them."""
-    out: list[tuple[str, list[Reading]]] = []
+    agree with it on every step it had and part beyond them, and whether they replay the
+    run's own limits exactly as the fit does (then that replay is not made again)."""
+    out: list[tuple[str, list[Reading], bool]] = []
     run_prefill = max((lv.most_prefill for lv in before.values()), default=0)
     new_prefill = max((lv.most_prefill for lv in after.values()), default=0)
     steps = sum(lv.prefill_steps for lv in before.values())
@@ -265,6 +267,7 @@ def _other_readings(
                 f"that costs as at the run's mean chunk ({chunk:,.0f} tokens) and one whose "
                 f"cost grows in proportion to its prompt tokens {measured}",
                 [_per_step(chunk), _per_token(chunk, decode_ms)],
+                False,
             )
         )
     run_batch = max((lv.most_decoding for lv in before.values()), default=0)
@@ -276,6 +279,7 @@ def _other_readings(
                 f"most {run_batch}: past that, the interval spans a step that costs no more "
                 f"than at {run_batch} and one that grows in proportion to its requests",
                 [_flat_beyond(run_batch), _proportional_beyond(run_batch)],
+                True,
             )
         )
     return out
