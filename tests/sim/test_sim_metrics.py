@@ -46,9 +46,10 @@ def _under_load(sim_session, chat, n_requests: int, max_tokens: int, **config):
                     await resp.read()
 
             load = asyncio.gather(*(one() for _ in range(n_requests)))
-            # 50 ms: every request is sent at once and, where a test reads `during`, none can
-            # finish before 190 ms (20 tokens, 10 ms apart or linear steps of at least 10 ms)
-            await asyncio.sleep(0.05)
+            # 100 ms: every request is sent at once and, where a test reads `during`, none can
+            # finish before 190 ms (20 tokens, 10 ms apart or linear steps of at least 10 ms);
+            # at 50 ms a busy machine's scrape once came before any first token
+            await asyncio.sleep(0.1)
             during = await _scrape(http)
             await load
             return during, await _scrape(http)
