@@ -122,7 +122,13 @@ def _with_graph_gains(finding: Finding, twin: Twin, objective: Objective) -> Fin
     ]
     if not added:
         return finding
-    return finding.model_copy(update={"expected_gains": [*finding.expected_gains, *added]})
+    said = Evidence(what="CUDA graphs in the replay", value=why, source=_SOURCE)
+    return finding.model_copy(
+        update={
+            "expected_gains": [*finding.expected_gains, *added],
+            "evidence": [*finding.evidence, said],
+        }
+    )
 
 
 def expected_gains(
