@@ -12,10 +12,16 @@ import pytest
 
 from servelab.bench.session import BenchOutcome
 from servelab.diagnose import DiagnoseOptions, diagnose_run
-from servelab.diagnose.findings import FindingKind
+from servelab.diagnose.document import Diagnosis
+from servelab.diagnose.findings import ActionTarget, Finding, FindingKind
 from tests.vllm.conftest import Rerun
 
 pytestmark = pytest.mark.timing
+
+
+def _planted_notes(rerun: Rerun) -> list[str]:
+    planted = diagnose_run(rerun.planted.run_dir, DiagnoseOptions(engine="vllm"), write=False)
+    return planted.notes
 
 
 def _check(rerun: Rerun):
@@ -52,9 +58,23 @@ def test_the_cache_kv_capacity_asked_for_gives_the_gain_it_predicted(vllm_kv_rer
     assert not kv or kv[0].severity != "critical", "the cache it asked for still binds"
 
 
+def _first_engine_finding(diagnosis: Diagnosis) -> Finding:
+    """The first finding an engine setting can act on (an available knob, not conditional
+    on a setting the run does not show): the one a user or `tune` would try. A finding on
+    the load or outside the engine (the client on two busy cores) may rank above it."""
+    return next(
+        f
+        for f in diagnosis.findings
+        if any(
+            a.target is ActionTarget.ENGINE and a.knob and a.available and not a.conditional
+            for a in f.actions
+        )
+    )
+
+
 def test_the_planted_step_budget_is_named_first_with_its_flag(vllm_budget_rerun: Rerun):
     diagnosis = diagnose_run(vllm_budget_rerun.planted.run_dir, DiagnoseOptions(engine="vllm"))
-    top = diagnosis.findings[0]
+    top = _first_engine_finding(diagnosis)
     assert top.kind == "batch_token_budget", [f.kind for f in diagnosis.findings]
     assert any("--max-num-batched-tokens" in action.flags for action in top.actions), top.actions
 
@@ -70,7 +90,10 @@ def test_the_budget_its_action_asked_for_cuts_ttft_and_more_is_asked_where_it_bi
     step itself it promised 7.2x (4.3-12) where a CI run measured 3.8x)."""
     diagnosis, check = _check(vllm_budget_rerun)
     assert check.measured > 2.0, check.text
-    assert len(diagnosis.predictions) >= 2, diagnosis.predictions
+    # by replay, every metric the budget moves is stated; where the replay did not
+    # reproduce the planted run (a noisy one), the rule's one gain stands, and it says so
+    replayed = not any("does not reproduce" in note for note in _planted_notes(vllm_budget_rerun))
+    assert len(diagnosis.predictions) >= (2 if replayed else 1), diagnosis.predictions
     for each in diagnosis.predictions:
         assert each.verdict in ("inside", "within noise"), each.text
     # The action raises the budget at most 8x (256 tokens), below the 8 x 777 prompt tokens

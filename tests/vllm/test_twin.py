@@ -23,6 +23,7 @@ import pytest
 
 from servelab.bench.results import BenchSummary
 from servelab.diagnose import DiagnoseOptions, diagnose_run
+from servelab.diagnose.findings import FindingKind
 from servelab.sim.policy import policy_for
 from servelab.store import REQUESTS_FILE, TWIN_FILE, RunDir
 from servelab.twin import EngineLimits, TwinInputs, TwinResult, build_twin
@@ -85,7 +86,17 @@ def test_each_vllm_run_is_fitted_from_its_own_requests_and_replayed(
         assert twin.fit.source == source
     assert twin.policy.name == "vllm" and twin.policy.decodes_in_budget
     assert twin.limit("running_cap") is not None
-    for level in twin.levels:
+    # the twin replays the engine, not the client: a level diagnose found client-bound
+    # (the load generator's own lag in every E2E, on two busy cores) is not held to it
+    client_bound = {
+        level
+        for f in diagnosis.findings
+        if f.kind is FindingKind.CLIENT_BOUND
+        for level in f.levels
+    }
+    judged = [level for level in twin.levels if level.level not in client_bound]
+    assert judged, (name, client_bound)
+    for level in judged:
         error = level.metrics["median_e2e_latency_ms"].error
         assert error is not None and abs(error) <= SANITY, (name, level.load, error)
 
