@@ -278,7 +278,10 @@ def _other_readings(
                 f"steps would decode up to {new_batch} requests, where the run's decoded at "
                 f"most {run_batch}: past that, the interval spans a step that costs no more "
                 f"than at {run_batch} and one that grows in proportion to its requests",
-                [_flat_beyond(run_batch), _proportional_beyond(run_batch)],
+                [
+                    _past_batch(run_batch, proportional=False),
+                    _past_batch(run_batch, proportional=True),
+                ],
                 True,
             )
         )
@@ -328,37 +331,14 @@ def _per_step(chunk: float) -> Reading:
 
 
 @dataclass(frozen=True, slots=True)
-class _FlatBeyond:
-    """The fitted cost up to `batch` decoding requests; past it, a step costs as at `batch`."""
-
-    inner: LinearStepCost
-    batch: int
-
-    @property
-    def kv_capacity_tokens(self) -> int | None:
-        return self.inner.kv_capacity_tokens
-
-    def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
-        if decode_batch <= self.batch:
-            return self.inner.step_s(decode_batch, decode_context_tokens, prefill_tokens)
-        context = round(decode_context_tokens * self.batch / decode_batch)
-        return self.inner.step_s(self.batch, context, prefill_tokens)
-
-
-def _flat_beyond(batch: int) -> Reading:
-    def read(cost: LinearStepCost) -> _FlatBeyond:
-        return _FlatBeyond(cost, batch)
-
-    return read
-
-
-@dataclass(frozen=True, slots=True)
-class _ProportionalBeyond:
+class _PastBatch:
     """The fitted cost up to `batch` decoding requests; past it, a step costs as at `batch`
-    times the requests over `batch` (no gain from batching past what the run held)."""
+    (flat) or that times the requests over `batch` (proportional: no gain from batching
+    past what the run held), its prefill priced as at `batch` either way."""
 
     inner: LinearStepCost
     batch: int
+    proportional: bool
 
     @property
     def kv_capacity_tokens(self) -> int | None:
@@ -368,13 +348,15 @@ class _ProportionalBeyond:
         if decode_batch <= self.batch:
             return self.inner.step_s(decode_batch, decode_context_tokens, prefill_tokens)
         context = round(decode_context_tokens * self.batch / decode_batch)
+        whole = self.inner.step_s(self.batch, context, prefill_tokens)
+        if not self.proportional:
+            return whole
         at_edge = self.inner.step_s(self.batch, context, 0)
-        prefill = self.inner.step_s(self.batch, context, prefill_tokens) - at_edge
-        return at_edge * decode_batch / self.batch + prefill
+        return at_edge * decode_batch / self.batch + (whole - at_edge)
 
 
-def _proportional_beyond(batch: int) -> Reading:
-    def read(cost: LinearStepCost) -> _ProportionalBeyond:
-        return _ProportionalBeyond(cost, batch)
+def _past_batch(batch: int, *, proportional: bool) -> Reading:
+    def read(cost: LinearStepCost) -> _PastBatch:
+        return _PastBatch(cost, batch, proportional)
 
     return read
