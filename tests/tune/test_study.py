@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from servelab.tune.results import TwinForecast
 from tests.conftest import SERVELAB
 
 
@@ -70,6 +71,14 @@ def test_the_story_study_raises_the_cap_and_a_rerun_continues_it(tmp_path: Path)
     assert twin["changes"] == {"running_cap": trials[1]["params"]["knobs.max_running_requests"]}
     assert twin["low"] <= trials[1]["values"][0] <= twin["high"], (twin, trials[1]["values"])
     assert trials[0]["twin"] is None
+    # the space lists every setting: the next is the untried one the twin predicts best
+    ranked = trials[2]
+    assert ranked["role"] == "twin", [t["role"] for t in trials.values()]
+    untried = {32, 128, 256} - {trials[n]["params"]["knobs.max_running_requests"] for n in (0, 1)}
+    assert ranked["params"]["knobs.max_running_requests"] == max(untried), ranked["params"]
+    said = TwinForecast.model_validate(ranked["twin"]).text(ranked["values"][0])
+    assert said.endswith(("inside", "within noise")), said
+    assert any(f"ranked 1 of {len(untried)} untried" in n for n in result["notes"]), result
     assert result["storage"] == "sqlite:///study.db (in the study folder)"
     (best,) = result["best"]
     gain = trials[best]["values"][0] / trials[0]["values"][0]

@@ -46,3 +46,14 @@ def test_a_trial_is_pruned_only_where_its_whole_interval_breaks_the_constraint()
     )
     assert surely_violated(floor, _forecast(200, 900))
     assert not surely_violated(floor, _forecast(900, 1100))
+
+
+def test_a_measured_value_outside_the_interval_but_whose_band_reaches_it_is_within_noise():
+    forecast = _forecast(100, 120)
+    assert forecast.verdict(110) == "inside"
+    assert forecast.verdict(125) == "outside"
+    banded = forecast.model_copy(update={"band_low": 118.0, "band_high": 133.0})
+    assert banded.verdict(125) == "within noise"
+    assert "band 118-133: within noise" in banded.text(125)
+    far = forecast.model_copy(update={"band_low": 122.0, "band_high": 133.0})
+    assert far.verdict(125) == "outside"

@@ -140,3 +140,21 @@ def test_a_step_is_never_faster_than_the_work_the_model_says_it_does():
     paid = what_if(floored, {"batch_tokens": 8192}).forecast(levels[-1].level, "median_ttft_ms")
     assert free is not None and paid is not None
     assert paid.factor > free.factor, (free, paid)
+
+
+def test_a_small_cache_is_lifted_to_what_flies_at_once_and_no_further_than_the_machine():
+    """A cache of 1,024 tokens under 16 requests of up to ~600 tokens each: the lift holds
+    the heaviest level's requests at once, unless the machine's own ceiling is lower; a
+    ceiling at or below the set cache leaves nothing to lift."""
+    limits = EngineLimits(EXACT_RESERVE, running_cap=16, batch_tokens=4096, kv_capacity_tokens=1024)
+    twin, levels = _twin(limits, prompt=(400, 500), output=(40, 80))
+    objective = Objective.of(levels, knee_concurrency=None)
+    [cache] = [lift for lift in lift_limits(twin, objective) if lift.limit == "kv_capacity_tokens"]
+    rows = twin.per_level[levels[-1].level]
+    flying = sorted((r.prompt_tokens + r.output_tokens for r in rows), reverse=True)[:16]
+    assert cache.lifted == sum(flying) and cache.binding
+    assert cache.latency is not None and cache.latency.factor < 1
+    capped = lift_limits(twin, objective, ceilings={"kv_capacity_tokens": 4000})
+    assert [lift.lifted for lift in capped if lift.limit == "kv_capacity_tokens"] == [4000]
+    none_left = lift_limits(twin, objective, ceilings={"kv_capacity_tokens": 1024})
+    assert all(lift.limit != "kv_capacity_tokens" for lift in none_left)

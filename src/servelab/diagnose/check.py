@@ -29,6 +29,7 @@ __all__ = [
     "check_applied_all",
     "check_prediction",
     "check_predictions",
+    "factor_band",
     "level_label",
     "parse_applies",
     "predicted_finding",
@@ -150,7 +151,7 @@ def _check_gain(
     if not a_value or not b_value:
         return _unmeasured(applies, gain, f"{field} missing at {gain.at}")
     measured = (a_value / b_value) if inverse else (b_value / a_value)
-    band = _band(applies.run, run_b, level_a, level_b, field, inverse)
+    band = factor_band(applies.run, run_b, level_a, level_b, field, inverse)
     verdict = _verdict(gain, measured, band)
     return PredictionCheck(
         applies=applies.label,
@@ -210,7 +211,7 @@ def level_label(level: LevelSummary) -> str | None:
     return f"{level.request_rate:g} req/s" if level.request_rate is not None else None
 
 
-def _band(
+def factor_band(
     run_a: Path, run_b: Path, a: LevelSummary, b: LevelSummary, field: str, inverse: bool
 ) -> tuple[float, float] | None:
     """The 95% band of the measured factor from both levels' requests; None without them."""

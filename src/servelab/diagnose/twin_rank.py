@@ -15,11 +15,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from servelab.core.errors import ConfigError
 from servelab.diagnose.actions import knob_action
 from servelab.diagnose.check import level_label
 from servelab.diagnose.facts import RunFacts
 from servelab.diagnose.findings import Evidence, ExpectedGain, Finding, FindingKind, Severity
 from servelab.diagnose.whatif_run import KNOB_LIMITS
+from servelab.model.deployment import DEFAULT_MEM_FRACTION
 from servelab.twin import Twin
 from servelab.twin.compare import REPRODUCED
 from servelab.twin.lifting import (
@@ -27,12 +29,13 @@ from servelab.twin.lifting import (
     Objective,
     changes_text,
     lift_limits,
+    lifted_value,
     metric_name,
     objective_misses,
 )
 from servelab.twin.whatif import Forecast, WhatIf, launch_saved, what_if, what_if_step
 
-__all__ = ["LIMIT_KINDS", "expected_gains", "rank_by_replay"]
+__all__ = ["LIMIT_KINDS", "expected_gains", "machine_ceilings", "rank_by_replay"]
 
 LIMIT_KINDS = {
     "running_cap": FindingKind.RUNNING_REQUEST_CAP,
@@ -71,7 +74,7 @@ def rank_by_replay(
             "by it, and the signals from outside the engine (host, client, CPU) and each "
             "limit's rule stand as they read the run"
         ]
-    lifts = lift_limits(twin, objective)
+    lifts = lift_limits(twin, objective, ceilings=machine_ceilings(facts))
     out = list(findings)
     notes: list[str] = []
     top = next((lift for lift in lifts if lift.binding), None)
@@ -264,21 +267,23 @@ def _raised(lift: Lift, facts: RunFacts, twin: Twin) -> Finding:
 
 
 def _needed(twin: Twin, limit: str) -> int:
-    """What the heaviest level's requests need of a limit with no natural ceiling: the
-    step budget, its longest prompt beside every request decoding; the cache, every
-    request of the level held at once at its full length."""
-    rows = [r for requests in twin.per_level.values() for r in requests]
-    if limit == "batch_tokens":
-        longest = max((r.prompt_tokens for r in rows), default=1)
-        return longest + max((lv.max_concurrency or 1 for lv in twin.levels), default=1)
-    held = max(
-        (
-            sum(r.prompt_tokens + r.output_tokens for r in requests)
-            for requests in twin.per_level.values()
-        ),
-        default=1,
-    )
-    return held
+    """What the heaviest level's requests need of a limit the machine does not cap: every
+    prompt and every request in flight at once (`lifted_value` without a ceiling)."""
+    return lifted_value(twin, limit) or 1
+
+
+def machine_ceilings(facts: RunFacts) -> dict[str, int]:
+    """The most the machine allows of each limit, where the deployment's model knows it:
+    the cache the engine's own rule sizes at the default memory share (a share of total or
+    of free memory, as that engine reads it)."""
+    model = facts.model
+    if model is None:
+        return {}
+    share = DEFAULT_MEM_FRACTION if model.share is not None else None
+    try:
+        return {"kv_capacity_tokens": model.kv_capacity_tokens(share)}
+    except ConfigError:
+        return {}
 
 
 def _not_binding(existing: Finding | None, lift: Lift) -> Finding:

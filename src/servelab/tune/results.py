@@ -36,9 +36,10 @@ CONFIRM_FILE = "confirm.json"
 
 ParamValue = str | int | float | bool | None
 TrialState = Literal["complete", "pruned", "failed", "running", "waiting"]
-TrialRole = Literal["default", "diagnose", "search", "retry"]
+TrialRole = Literal["default", "diagnose", "twin", "search", "retry"]
 """default: the base spec as given; diagnose: an action of diagnose on the default's run;
-search: the sampler's choice; retry: a trial whose worker died, run again."""
+twin: the grid's untried setting the twin predicted best; search: the sampler's choice;
+retry: a trial whose worker died, run again."""
 
 
 class ObjectiveSpec(BaseModel):
@@ -108,21 +109,50 @@ class TwinForecast(BaseModel):
     low: float
     high: float
     extrapolated: list[str] = Field(default_factory=list)
+    refitted_on: list[int] = Field(
+        default_factory=list,
+        description="The finished trials whose gaps the twin's cost was refitted on, its own "
+        "first; empty where it was fitted on its own run alone.",
+    )
+
+    band_low: float | None = Field(
+        default=None,
+        description="The measured value's 95% noise band, from the requests of both runs "
+        "(the one the twin was fitted on and this one); None until measured, or without a "
+        "band.",
+    )
+    band_high: float | None = None
 
     def verdict(self, measured: float | None) -> str:
+        """inside; within noise (outside, but its noise band reaches the interval, as
+        diagnose's checks read it); outside."""
         if measured is None:
             return "not measured"
-        return "inside" if self.low <= measured <= self.high else "outside"
+        if self.low <= measured <= self.high:
+            return "inside"
+        low, high = self.band_low, self.band_high
+        reaches = low is not None and high is not None and low <= self.high and high >= self.low
+        return "within noise" if reaches else "outside"
 
     def text(self, measured: float | None) -> str:
         where = f" at {self.at:g}" if self.at is not None else ""
+        pooled = (
+            f" (refitted on trials {', '.join(str(n) for n in self.refitted_on)})"
+            if len(self.refitted_on) > 1
+            else ""
+        )
         said = (
-            f"the twin of trial {self.from_trial} predicted {self.metric}{where} "
+            f"the twin of trial {self.from_trial}{pooled} predicted {self.metric}{where} "
             f"{self.predicted:,.4g} ({self.low:,.4g}-{self.high:,.4g})"
         )
         if measured is None:
             return said
-        return f"{said}; measured {measured:,.4g}: {self.verdict(measured)}"
+        band = (
+            f", band {self.band_low:,.4g}-{self.band_high:,.4g}"
+            if self.band_low is not None and self.band_high is not None
+            else ""
+        )
+        return f"{said}; measured {measured:,.4g}{band}: {self.verdict(measured)}"
 
 
 class TrialRow(BaseModel):

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, cast, get_args
 
 import optuna
 from pydantic import ValidationError
@@ -32,6 +32,7 @@ from servelab.diagnose.findings import Action, ActionTarget, FindingKind
 from servelab.engines.base import LAYOUT_NAMES
 from servelab.probe.report import ProbeReport
 from servelab.store import DEFAULT_RUNS_DIR, RunDir
+from servelab.tune.grid_order import rank_untried, untried_settings
 from servelab.tune.noise import best_noise
 from servelab.tune.results import (
     CONFIRM_FILE,
@@ -52,7 +53,16 @@ from servelab.tune.storage import (
     open_storage,
     storage_url,
 )
-from servelab.tune.trial import OUTCOME, TrialContext, TrialEvent, TrialFailed, run_trial, trial_dir
+from servelab.tune.trial import (
+    OUTCOME,
+    TrialContext,
+    TrialEvent,
+    TrialFailed,
+    finished_trials,
+    run_trial,
+    trial_dir,
+    twin_forecast,
+)
 
 __all__ = [
     "BEST_COMMAND_FILE",
@@ -322,6 +332,7 @@ def _work(
     budget = config.time_budget_s if config.time_budget_s is not None else space.time_budget_s
     deadline = time.monotonic() + budget if budget is not None else None
     grid = _grid(space) if _sampler_name(space) == "grid" else None
+    listed = _grid(space) if space.grid_size() is not None else None
     try:
         while True:
             finished = [t for t in study.get_trials(deepcopy=False) if OUTCOME in t.user_attrs]
@@ -333,6 +344,8 @@ def _work(
                 break
             if grid is not None and _grid_done(grid, finished) and not _waiting(study):
                 break
+            if listed is not None and not _waiting(study):
+                _enqueue_best_predicted(study, space, listed, ctx)
             study.optimize(
                 lambda trial: run_trial(trial, ctx),
                 n_trials=1,
@@ -343,6 +356,32 @@ def _work(
         result = study_result(study, space, url, study_dir)
         write_outputs(result, study_dir)
     return result
+
+
+def _enqueue_best_predicted(
+    study: optuna.Study, space: SearchSpace, grid: dict[str, list[Any]], ctx: TrialContext
+) -> None:
+    """The untried setting of a space that lists them all (a grid, or lists alone) the
+    twin predicts best, as the next trial, with the ranking in the study's notes; nothing
+    where the twin predicts none of them."""
+    finished = finished_trials(study, ctx)
+    if not finished:
+        return
+    tried = [t.params for t in study.get_trials(deepcopy=False) if t.params]
+    ranked = rank_untried(
+        untried_settings(grid, tried),
+        space.objectives[0],
+        space.constraints,
+        lambda params, target: twin_forecast(ctx, params, finished, target),
+    )
+    if not ranked:
+        return
+    best = ranked[0]
+    said = best.text(1, len(ranked))
+    study.enqueue_trial(best.params, user_attrs={"role": "twin", "ranked": said})
+    settings = ", ".join(f"{k.removeprefix('knobs.')}={v}" for k, v in best.params.items())
+    notes = list(study.user_attrs.get(_ATTR_NOTES, []))
+    study.set_user_attr(_ATTR_NOTES, [*notes, f"next, {settings}: {said}"])
 
 
 def write_outputs(result: StudyResult, study_dir: Path) -> None:
@@ -592,9 +631,7 @@ def _row(
         feasible = all(v <= 0 for v in constraints) if constraints else True
     run_dir = attrs.get("run_dir")
     given = attrs.get("role") or ("retry" if "failed_trial" in trial.system_attrs else "search")
-    role = cast(
-        TrialRole, given if given in ("default", "diagnose", "search", "retry") else "search"
-    )
+    role = cast(TrialRole, given if given in get_args(TrialRole) else "search")
     return TrialRow(
         number=trial.number,
         state=state,  # type: ignore[arg-type]

@@ -51,22 +51,29 @@ from servelab.tune.prune import available_gpus, check_fit, layout_model
 from servelab.tune.results import ObjectiveSpec, TwinForecast
 from servelab.tune.space import SearchSpace
 from servelab.tune.targets import CAPACITY, Constraint, level_at, read_metric
-from servelab.tune.twin_forecast import FinishedTrial, forecast_trial, surely_violated
+from servelab.tune.twin_forecast import (
+    FinishedTrial,
+    forecast_trial,
+    surely_violated,
+    with_measured_band,
+)
 
 __all__ = [
     "TrialContext",
     "TrialEvent",
     "TrialFailed",
+    "finished_trials",
     "read_objective",
     "run_trial",
     "sweep_spec",
     "trial_dir",
+    "twin_forecast",
 ]
 
 OUTCOME = "outcome"
 """User attribute every trial that ended on its own carries (a stale one has none)."""
 TRIALS_DIR = "trials"
-_KEPT = frozenset({"role", "action", "applies"})
+_KEPT = frozenset({"role", "action", "applies", "ranked"})
 """What an enqueued trial was seeded with: who asked for it, and the finding it applies."""
 
 
@@ -120,8 +127,8 @@ def run_trial(trial: optuna.Trial, ctx: TrialContext) -> list[float]:
     trial.set_user_attr("role", role)
     trial.set_user_attr("host", socket.gethostname())
     params = {p.path: p.suggest(trial) for p in space.params}
-    finished = _finished(trial, ctx)
-    forecast = _twin_forecast(ctx, params, finished, space.objectives[0])
+    finished = finished_trials(trial.study, ctx)
+    forecast = twin_forecast(ctx, params, finished, space.objectives[0])
     if forecast is not None:
         trial.set_user_attr("twin", forecast.model_dump())
     said = forecast.text(None) if forecast is not None else None
@@ -136,15 +143,33 @@ def run_trial(trial: optuna.Trial, ctx: TrialContext) -> list[float]:
     except TrialFailed as exc:
         _end(trial, ctx, "failed", str(exc), started)
         raise
+    if forecast is not None and values:
+        _band_the_forecast(trial, ctx, forecast, finished, values[0])
     _end(trial, ctx, "complete", None, started)
     return values
 
 
-def _finished(trial: optuna.Trial, ctx: TrialContext) -> list[FinishedTrial]:
+def _band_the_forecast(
+    trial: optuna.Trial,
+    ctx: TrialContext,
+    forecast: TwinForecast,
+    finished: list[FinishedTrial],
+    measured: float,
+) -> None:
+    """The twin's forecast with what the trial measured's noise band beside it."""
+    source = next((f.run_dir for f in finished if f.number == forecast.from_trial), None)
+    run_dir = trial.user_attrs.get("run_dir")
+    if source is None or run_dir is None or trial.user_attrs.get("same_as") is not None:
+        return
+    banded = with_measured_band(forecast, source, ctx.study_dir / str(run_dir), measured)
+    trial.set_user_attr("twin", banded.model_dump())
+
+
+def finished_trials(study: optuna.Study, ctx: TrialContext) -> list[FinishedTrial]:
     """The study's complete trials with a run the twin can be fitted on."""
     out = [
         FinishedTrial(t.number, dict(t.params), ctx.study_dir / str(t.user_attrs["run_dir"]))
-        for t in trial.study.get_trials(deepcopy=False)
+        for t in study.get_trials(deepcopy=False)
         if t.state is optuna.trial.TrialState.COMPLETE
         and t.user_attrs.get("run_dir")
         and t.user_attrs.get("same_as") is None
@@ -152,7 +177,7 @@ def _finished(trial: optuna.Trial, ctx: TrialContext) -> list[FinishedTrial]:
     return [f for f in out if (f.run_dir / SUMMARY_FILE).is_file()]
 
 
-def _twin_forecast(
+def twin_forecast(
     ctx: TrialContext,
     params: dict[str, Any],
     finished: list[FinishedTrial],
@@ -175,7 +200,7 @@ def _prune_by_twin(
     """A trial the twin predicts cannot meet a constraint at any of its draws is not run
     (the twin never prunes on anything it does not replay: output quality, a layout)."""
     for constraint in ctx.space.constraints:
-        forecast = _twin_forecast(ctx, params, finished, constraint)
+        forecast = twin_forecast(ctx, params, finished, constraint)
         if forecast is not None and surely_violated(constraint, forecast):
             raise optuna.TrialPruned(f"{forecast.text(None)}: all of it outside {constraint.text}")
 

@@ -17,15 +17,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servelab.bench.results import BenchSummary
 from servelab.core.errors import ServelabError
+from servelab.diagnose.check import factor_band
 from servelab.diagnose.options import DiagnoseOptions
 from servelab.diagnose.whatif_run import KNOB_LIMITS, fitted_twin
+from servelab.store import RunDir
 from servelab.tune.results import ObjectiveSpec, TwinForecast
 from servelab.tune.targets import Constraint, level_at
 from servelab.twin import Twin
+from servelab.twin.joint import refit_jointly
 from servelab.twin.whatif import what_if
 
-__all__ = ["FinishedTrial", "forecast_trial", "limit_changes", "surely_violated"]
+__all__ = [
+    "FinishedTrial",
+    "forecast_trial",
+    "limit_changes",
+    "surely_violated",
+    "with_measured_band",
+]
 
 _KNOB_PREFIX = "knobs."
 
@@ -73,8 +83,17 @@ def forecast_trial(
         candidates,
         key=lambda c: (len(c[1]), _distance(c[0].params, params), -c[0].number),
     )
+    family = [
+        other
+        for other in finished
+        if other is not trial and limit_changes(other.params, trial.params) is not None
+    ]
     try:
-        twin = _twin(trial.run_dir, options.model_dump_json())
+        twin, pooled = _joint_twin(
+            (trial.number, trial.run_dir),
+            tuple((other.number, other.run_dir) for other in family),
+            options.model_dump_json(),
+        )
     except ServelabError:
         return None
     level = _level(twin, objective.at)
@@ -100,6 +119,7 @@ def forecast_trial(
         low=measured * low,
         high=measured * high,
         extrapolated=list(result.extrapolated) if result is not None else [],
+        refitted_on=pooled,
     )
 
 
@@ -107,6 +127,27 @@ def forecast_trial(
 def _twin(run_dir: Path, options: str) -> Twin:
     """A finished trial's twin, fitted once per study process (`options` as JSON)."""
     return fitted_twin(run_dir, DiagnoseOptions.model_validate_json(options))[0]
+
+
+@functools.lru_cache(maxsize=8)
+def _joint_twin(
+    trial: tuple[int, Path], family: tuple[tuple[int, Path], ...], options: str
+) -> tuple[Twin, list[int]]:
+    """A finished trial's twin (number, run) with its cost refitted on the gaps of every
+    finished trial that differs from it only in replayable limits (runs of one engine), and
+    which trials those were; a member whose run cannot be fitted is left out."""
+    own = _twin(trial[1], options)
+    others: list[tuple[int, Twin]] = []
+    for number, run_dir in family:
+        try:
+            others.append((number, _twin(run_dir, options)))
+        except ServelabError:
+            continue
+    joint = refit_jointly(own, [t for _, t in others])
+    if joint is own:
+        return own, []
+    pooled = [trial[0], *(n for n, t in others if t.samples is not None and t.samples.size)]
+    return joint, pooled
 
 
 def _level(twin: Twin, at: float | None) -> int | None:
@@ -130,3 +171,28 @@ def surely_violated(constraint: Constraint, forecast: TwinForecast) -> bool:
     """Whether the whole predicted interval lies on the constraint's wrong side: a trial
     the twin says cannot meet it at any of its draws."""
     return constraint.violation(forecast.low) > 0 and constraint.violation(forecast.high) > 0
+
+
+def with_measured_band(
+    forecast: TwinForecast, source: Path, run_dir: Path, measured: float
+) -> TwinForecast:
+    """The forecast with the measured value's noise band: the block-bootstrap band of the
+    new run's metric over the source run's, from both runs' requests (as diagnose's
+    checks draw it), carried to the measured value."""
+    a, b = RunDir(source).load_summary(BenchSummary), RunDir(run_dir).load_summary(BenchSummary)
+    if a is None or b is None:
+        return forecast
+    level_a = level_at([lv for lv in a.levels if lv.completed], forecast.at)
+    level_b = level_at([lv for lv in b.levels if lv.completed], forecast.at)
+    if level_a is None or level_b is None:
+        return forecast
+    band = factor_band(source, run_dir, level_a, level_b, forecast.metric, False)
+    old, new = getattr(level_a, forecast.metric, None), getattr(level_b, forecast.metric, None)
+    if band is None or not isinstance(old, int | float) or not isinstance(new, int | float):
+        return forecast
+    if not old or not new:
+        return forecast
+    ratio = new / old
+    return forecast.model_copy(
+        update={"band_low": measured * band[0] / ratio, "band_high": measured * band[1] / ratio}
+    )

@@ -171,7 +171,8 @@ def _from_requests(
         fitted = refit
         if converged:
             break
-    final = fit_cost(step_samples(requests, placement), resamples=resamples, seed=seed)
+    samples = step_samples(requests, placement)
+    final = fit_cost(samples, resamples=resamples, seed=seed)
     overhead = _overhead_s(per_level, levels, requests, position, final, limits)
     notes = [] if converged else [_unsettled("the prefill placement")]
     fit = TwinFit(
@@ -185,7 +186,8 @@ def _from_requests(
         notes=notes,
     )
     spread = _overhead_spread(per_level, levels, requests, position, final, limits, draws)
-    return _finish(inputs, levels, requests, per_level, final, overhead, spread, fit, draws)
+    twin = _finish(inputs, levels, requests, per_level, final, overhead, spread, fit, draws)
+    return replace(twin, samples=samples)
 
 
 def _from_answers(

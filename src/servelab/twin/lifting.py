@@ -91,40 +91,59 @@ class Lift:
         return out
 
 
-def lifted_value(twin: Twin, limit: str) -> int | None:
-    """The most the run's workload could use of `limit`: the cap to the heaviest level's
-    concurrency; the step budget to every prompt that can be in flight at once, in one
-    step, beside every request decoding; the cache to no limit (every request held)."""
+def lifted_value(twin: Twin, limit: str, ceiling: int | None = None) -> int | None:
+    """The most the run's workload could use of `limit`, and no more than `ceiling` (what
+    the machine allows, where known): the cap to the heaviest level's concurrency; the step
+    budget to every prompt that can be in flight at once, in one step, beside every request
+    decoding; the cache to every request that can be in flight at once held at its full
+    length."""
     closed = [lv.max_concurrency for lv in twin.levels if lv.max_concurrency]
     every_level_closed = bool(closed) and len(closed) == len(twin.levels)
     if limit == "running_cap":
         return max(closed) if every_level_closed else None
-    if limit == "batch_tokens":
-        most = 0
-        for level in twin.levels:
-            rows = twin.per_level.get(level.level, [])
-            if not rows:
-                continue
-            together = level.max_concurrency or len(rows)
+    if limit not in ("batch_tokens", "kv_capacity_tokens"):
+        return None
+    most = 0
+    for level in twin.levels:
+        rows = twin.per_level.get(level.level, [])
+        if not rows:
+            continue
+        together = level.max_concurrency or len(rows)
+        if limit == "batch_tokens":
             longest = sorted((r.prompt_tokens for r in rows), reverse=True)[:together]
             most = max(most, sum(longest) + together)
-        return most or None
-    return None
+        else:
+            held = sorted((r.prompt_tokens + r.output_tokens for r in rows), reverse=True)
+            most = max(most, sum(held[:together]))
+    if not most:
+        return None
+    return most if ceiling is None else min(most, ceiling)
 
 
 def lift_limits(
-    twin: Twin, objective: Objective, limits: Sequence[str] | None = None
+    twin: Twin,
+    objective: Objective,
+    limits: Sequence[str] | None = None,
+    ceilings: Mapping[str, int] | None = None,
 ) -> list[Lift]:
-    """Every set limit lifted on its own, the most binding first."""
+    """Every set limit lifted on its own, no further than its ceiling (what the machine
+    allows, where known), the most binding first. A limit already past what the run could
+    use is skipped, except the cache: it is replayed with no limit, so that a roomy cache
+    is shown not to bind rather than left unsaid."""
     names = limits or ("running_cap", "kv_capacity_tokens", "batch_tokens")
     lifts = []
     for name in names:
         value = getattr(twin.limits, name)
         if value is None:
             continue
-        lifted = lifted_value(twin, name)
-        if lifted is not None and lifted <= value:
+        ceiling = (ceilings or {}).get(name)
+        if ceiling is not None and ceiling <= value:
             continue
+        lifted = lifted_value(twin, name, ceiling)
+        if lifted is not None and lifted <= value:
+            if name != "kv_capacity_tokens":
+                continue
+            lifted = None
         lifts.append(_lift(twin, objective, name, value, lifted))
     return sorted(lifts, key=lambda lift: -lift.score)
 

@@ -14,6 +14,7 @@ from servelab.twin.fit import FittedCost
 from servelab.twin.records import LevelLoad
 from servelab.twin.replay import EngineLimits, LevelReplay, ReplayRequest, replay_level
 from servelab.twin.result import TwinResult
+from servelab.twin.steps import StepSamples
 
 __all__ = [
     "SLO_MISSES",
@@ -156,6 +157,12 @@ class Twin:
     """The run's SLOs (ttft, tpot, e2e in ms), where it was given any."""
     floor: StepFloor | None = None
     """Where the model knows the deployment: no replayed step faster than its work."""
+    samples: StepSamples | None = None
+    """The gaps the cost was fitted to, where it was fitted to gaps (a joint refit pools
+    them with other runs' gaps: `servelab.twin.joint`)."""
+    seen: tuple[int, int] | None = None
+    """The most prompt tokens one step prefilled and the most requests one step decoded
+    over every run the cost was fitted on, where that is more than this run's own."""
     _memo: dict[tuple[EngineLimits, int, bool], dict[int, ReplayedLevel]] = field(
         default_factory=dict, compare=False, repr=False
     )

@@ -248,7 +248,8 @@ def _other_readings(
     agree with it on every step it had and part beyond them, and whether they replay the
     run's own limits exactly as the fit does (then that replay is not made again)."""
     out: list[tuple[str, list[Reading], bool]] = []
-    run_prefill = max((lv.most_prefill for lv in before.values()), default=0)
+    seen_prefill, seen_batch = twin.seen or (0, 0)
+    run_prefill = max(max((lv.most_prefill for lv in before.values()), default=0), seen_prefill)
     new_prefill = max((lv.most_prefill for lv in after.values()), default=0)
     steps = sum(lv.prefill_steps for lv in before.values())
     if new_prefill > run_prefill > 0 and steps:
@@ -261,7 +262,7 @@ def _other_readings(
         )
         out.append(
             (
-                f"steps would prefill up to {new_prefill:,} prompt tokens, where the run's "
+                f"steps would prefill up to {new_prefill:,} prompt tokens, where the fitted steps "
                 f"prefilled at most {run_prefill:,}: how a step's cost grows with its prompt "
                 "tokens past that is not in the run, so the interval spans a prefilling step "
                 f"that costs as at the run's mean chunk ({chunk:,.0f} tokens) and one whose "
@@ -270,12 +271,12 @@ def _other_readings(
                 False,
             )
         )
-    run_batch = max((lv.most_decoding for lv in before.values()), default=0)
+    run_batch = max(max((lv.most_decoding for lv in before.values()), default=0), seen_batch)
     new_batch = max((lv.most_decoding for lv in after.values()), default=0)
     if new_batch > run_batch > 0:
         out.append(
             (
-                f"steps would decode up to {new_batch} requests, where the run's decoded at "
+                f"steps would decode up to {new_batch} requests, where the fitted steps decoded at "
                 f"most {run_batch}: past that, the interval spans a step that costs no more "
                 f"than at {run_batch} and one that grows in proportion to its requests",
                 [

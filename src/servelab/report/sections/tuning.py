@@ -199,7 +199,9 @@ def _noise(study: StudyResult) -> list[Block]:
             lines.append((mark, sentence(f"trial {row.number}: {row.prediction.text}"), []))
         if row.twin is not None:
             measured = row.values[0] if row.values else None
-            said: Tone = "good" if row.twin.verdict(measured) == "inside" else "warn"
+            said: Tone = (
+                "good" if row.twin.verdict(measured) in ("inside", "within noise") else "warn"
+            )
             lines.append((said, sentence(f"trial {row.number}: {row.twin.text(measured)}"), []))
     if not lines:
         return []
