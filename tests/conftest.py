@@ -63,6 +63,7 @@ SHARED_SETUPS = {"demo_run": "demo", "ray_cluster": "ray"}
 one runs on the same worker (`--dist loadgroup`), so each is made once."""
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist, a test runs on the worker of its shared set-up, else of its file
     (a module's fixtures, such as two embedded runs to compare, are then made once)."""

@@ -44,11 +44,13 @@ def test_the_demos_top_finding_is_applied_or_says_it_cannot_know(demo_run: DemoR
     if gain is None or gain.low is None or not settable:
         assert gain is None, f"{top.kind}: a gain with nothing to apply: {gain}"
         assert not settable, f"{top.kind}: an action to apply, but no gain to check: {settable}"
-        # it cannot know or cannot act here, and says which: missing evidence, or an
-        # action marked as not possible on this engine and machine, never advice offered
-        # as doable
-        offered = [a.text for a in top.actions if a.available]
-        assert not offered, f"{top.kind}: advice offered as doable with nothing to check: {offered}"
+        # it cannot know or cannot act here, and says which: an action marked as not
+        # possible on this engine and machine, or advice on the machine beside what the
+        # run could not see; never a setting offered as doable with nothing to check
+        offered = [a.text for a in top.actions if a.available and a.knob]
+        assert not offered, f"{top.kind}: a setting offered with nothing to check: {offered}"
+        advice = [a.text for a in top.actions if a.available]
+        assert not advice or top.missing, f"{top.kind}: advice without what is missing: {advice}"
         assert top.missing or top.actions, f"{top.kind}: says neither why nor what is missing"
         return
     summary = BenchSummary.model_validate_json((demo_run.out / "summary.json").read_text())

@@ -204,6 +204,10 @@ def _contention(knee: LevelFacts, cpu: EngineCpu, threads: int, seen: list[Evide
         ],
         levels=[knee.level],
         impact=0.3,
+        missing=[
+            "what the engine measures with the cores the other work took: this run "
+            "measured the share it was given, so no gain is stated"
+        ],
     )
 
 
