@@ -169,6 +169,12 @@ class EngineSample:
     """The KV cache's block size, where the engine reports it."""
     prefix_caching: bool | None = None
     """Whether the engine says its prefix cache is on, where it says."""
+    prefill_tokens: float | None = None
+    """Prompt tokens the latest prefill batch computed (SGLang's `#new-token`)."""
+    cached_tokens: float | None = None
+    """Prompt tokens the latest prefill batch took from the prefix cache (`#cached-token`)."""
+    prefill_seqs: float | None = None
+    """Requests the latest prefill batch admitted (SGLang's `#new-seq`)."""
     source: Literal["metrics", "log"] = "metrics"
 
 
