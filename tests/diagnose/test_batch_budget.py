@@ -183,6 +183,24 @@ def test_a_queue_in_the_engines_counts_adds_confidence(tmp_path: Path):
     assert any(e.what == "waiting requests (mean) at concurrency 64" for e in queued.evidence)
 
 
+def test_prefill_batches_the_engine_logged_at_the_budget_are_its_evidence(tmp_path: Path):
+    """SGLang's Prefill lines (`#new-token`) at the budget: prompts were cut to fit it."""
+
+    def logged(running: float, queued: float, largest: float) -> LevelTelemetry:
+        counts = _counts(running, queued)
+        engine = counts.engine.model_copy(
+            update={"prefill_tokens_max": largest, "prefill_batches": 12}
+        )
+        return counts.model_copy(update={"engine": engine})
+
+    engine = [logged(1, 0, 96), logged(3, 0, 128), logged(10, 0, 128), logged(40, 0, 128)]
+    found = _budget(_run(tmp_path, _vllm(128), _levels(engine=engine)))
+    assert found is not None
+    cut = [e for e in found.evidence if e.what.startswith("largest prefill batch")]
+    assert cut and all(e.source.startswith("engine log Prefill lines") for e in cut), cut
+    assert "concurrency 1 " not in " ".join(e.what for e in cut)
+
+
 def test_sglang_is_told_its_own_flags(tmp_path: Path):
     command = ["python3", "-m", "sglang.launch_server", "--max-prefill-tokens", "128"]
     top = _budget(_run(tmp_path, command, engine="sglang"))

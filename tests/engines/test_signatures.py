@@ -258,6 +258,18 @@ VLLM_OOM: Expected = [
 ]
 
 SGLANG_CRASH: Expected = [
+    (
+        5,
+        "nccl.transport",
+        1,
+        {
+            "transport": "SHM",
+            "via": "SHM/direct/direct",
+            "channel": 0,
+            "from_rank": 0,
+            "to_rank": 1,
+        },
+    ),
     (6, "nccl.warn", 2, {"detail": PEER_ACCESS}),
     (
         9,

@@ -207,3 +207,27 @@ def test_fewer_than_three_stats_lines_of_the_log_are_too_few_as_well():
     assert not engine.available and engine.log_samples == 2
     assert engine.running_max is None
     assert engine.reason is not None and "too few" in engine.reason
+
+
+def test_the_largest_prefill_batch_the_log_gave_is_kept_per_level():
+    """SGLang's Prefill lines carry the batch's computed tokens: the level keeps the
+    largest and how many such lines fell inside it (lines outside it are not counted)."""
+    samples = [
+        EngineSample(
+            k * 300 * MS,
+            "sglang",
+            4.0,
+            2.0,
+            0.3,
+            None,
+            None,
+            None,
+            source="log",
+            prefill_tokens=float(tokens),
+        )
+        for k, tokens in ((1, 512), (2, 2048), (3, 1024), (40, 8192))
+    ]
+    engine = summarize_level(
+        GpuTrace(), EngineTrace(), 0, S, log=EngineTrace(samples=samples)
+    ).engine
+    assert engine.prefill_tokens_max == 2048 and engine.prefill_batches == 3

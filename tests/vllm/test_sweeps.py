@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from statistics import median
 
@@ -15,6 +16,7 @@ from servelab.bench.trial import for_engine
 from servelab.diagnose import find_knee
 from servelab.engines.cpu_share import SCHEDULER_NICE
 from servelab.telemetry.summary import MIN_ENGINE_SAMPLES, EngineLevel
+from tests.conftest import SERVELAB
 from tests.vllm.conftest import CAP, CAPPED_LEVELS, KV_BLOCKS, SWEEP_WORKLOAD, VllmEngine
 
 pytestmark = pytest.mark.timing
@@ -120,6 +122,61 @@ def test_the_log_stats_alone_show_running_and_waiting_requests(
     assert engine.running_max is not None and 1 <= engine.running_max < KV_BLOCKS // 2
     assert engine.queued_max is not None and engine.queued_max >= 8
     assert engine.gen_throughput_mean is not None and engine.gen_throughput_mean > 0
+
+
+def test_a_bench_attached_by_its_log_reads_what_the_launched_run_reads(
+    vllm_kv_limited: VllmEngine, tmp_path: Path
+):
+    """The same engine as if servelab had not launched it: `bench --url --engine-log` on
+    the log file its launch writes, no /metrics. The log's stats lines give the level the
+    gauges the launched run's reader gives it, and the events the log said while the load
+    ran are the ones the launch's own matcher read over the same lines."""
+    engine = vllm_kv_limited.engine
+    matcher = vllm_kv_limited.watched.matcher
+    assert matcher is not None
+    seen_before = {(e.kind, e.text): e.count for e in matcher.events}
+    out = tmp_path / "attached"
+    done = subprocess.run(
+        [
+            *SERVELAB,
+            "bench",
+            "--url",
+            engine.url,
+            "--engine-log",
+            str(engine.log_path),
+            "--no-metrics",
+            "--no-stream",
+            "--concurrency",
+            "16",
+            "--duration",
+            "6s",
+            "--warmup",
+            "0",
+            "--input-len",
+            str(SWEEP_WORKLOAD.input_len),
+            "--output-len",
+            str(SWEEP_WORKLOAD.output_len),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    level = LevelSummary.model_validate(json.loads((out / "summary.json").read_text())["levels"][0])
+    attached = _engine(level)
+    assert (attached.available, attached.engine) == (True, "vllm")
+    assert attached.log_samples >= 4 and set(attached.sources.values()) == {"log"}
+    assert attached.running_max is not None and 1 <= attached.running_max < KV_BLOCKS // 2
+    assert attached.queued_max is not None and attached.queued_max >= 8
+    new_in_launch = {
+        (e.kind.value, e.text)
+        for e in matcher.events
+        if e.count > seen_before.get((e.kind, e.text), 0)
+    }
+    events = json.loads((out / "engine_events.json").read_text())
+    assert {(e["kind"], e["text"]) for e in events["events"]} == new_in_launch
 
 
 def test_the_kv_limited_engine_fills_its_cache_and_queues_the_rest(

@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from servelab import __version__
 from servelab.bench.capacity import CapacityPlan, CapacitySearch
@@ -48,14 +48,20 @@ from servelab.engines.base import PINNING_FIELDS
 from servelab.store import CatalogRow, RunDir, default_run_name, record_run
 from servelab.telemetry import TelemetrySession, summarize_level
 from servelab.telemetry.gpu import GpuTrace
-from servelab.telemetry.logstats import LogStats
 from servelab.telemetry.process_cpu import EngineCpuMeter
 from servelab.telemetry.scrape import EngineTrace
 
 if TYPE_CHECKING:
     from servelab.bench.cluster.fleet import ClientFleet
 
-__all__ = ["DEFAULT_WARMUP", "BenchConfig", "BenchOutcome", "default_num_requests", "run_bench"]
+__all__ = [
+    "DEFAULT_WARMUP",
+    "BenchConfig",
+    "BenchOutcome",
+    "LogSamples",
+    "default_num_requests",
+    "run_bench",
+]
 
 DEFAULT_WARMUP = 1
 _MIN_REQUESTS = 16
@@ -116,6 +122,13 @@ class BenchConfig:
     """Run the client's workers on a Ray cluster's nodes (bench.cluster), not this machine."""
 
 
+class LogSamples(Protocol):
+    """The stats lines of the engine's log as samples: a launched engine's `LogStats`, or
+    the `engines.follow.AttachedLog` of one given by URL."""
+
+    def trace(self) -> EngineTrace: ...
+
+
 @dataclass(frozen=True, slots=True)
 class BenchOutcome:
     summary: BenchSummary
@@ -136,7 +149,7 @@ def run_bench(
     on_event: Callable[[BenchEvent], None] = lambda _event: None,
     run_dir: RunDir | None = None,
     engine_info: dict[str, Any] | None = None,
-    log_stats: LogStats | None = None,
+    log_stats: LogSamples | None = None,
     engine_exit: Callable[[], int | None] | None = None,
 ) -> BenchOutcome:
     """Run every level of `config`; results go to `run_dir` (created when not given).
@@ -144,7 +157,8 @@ def run_bench(
     The folder is created after the preflight, so an unreachable endpoint leaves none.
     Client workers are started with multiprocessing's "spawn", so a script that calls
     this must guard its entry point with `if __name__ == "__main__":`. `log_stats`, the
-    stats lines of a launched engine's log, fill the level's engine fields /metrics lacks.
+    stats lines of the engine's log (launched, or followed), fill the level's engine
+    fields /metrics lacks.
     """
     return _Session(config, on_event, engine_info, log_stats, engine_exit).run(run_dir)
 
@@ -155,7 +169,7 @@ class _Session:
         config: BenchConfig,
         on_event: Callable[[BenchEvent], None],
         engine_info: dict[str, Any] | None,
-        log_stats: LogStats | None,
+        log_stats: LogSamples | None,
         engine_exit: Callable[[], int | None] | None = None,
     ) -> None:
         self.config = config

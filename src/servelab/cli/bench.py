@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from servelab.bench.attach import attached_log, bench_attached
 from servelab.bench.conversation import ConversationSpec, parse_turns
 from servelab.bench.endpoint import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, Api
 from servelab.bench.load import LoadMode
@@ -25,6 +26,7 @@ from servelab.bench.workload import (
     WorkloadSpec,
     parse_dataset,
 )
+from servelab.cli.engine_log_options import EngineLogOptions
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
 from servelab.cli.option_groups import with_option_groups
 from servelab.cli.options import (
@@ -62,6 +64,7 @@ def bench(
         str | None,
         typer.Option(help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000."),
     ] = None,
+    engine_log: EngineLogOptions,
     engine: EngineSpecPath = None,
     api: Annotated[Api, typer.Option(help="Which API to drive.")] = Api.CHAT,
     model: Annotated[
@@ -312,11 +315,14 @@ def bench(
                 else None
             ),
         )
+        attached = attached_log(engine_log.engine_log, engine_log.engine, url=url)
         with SweepView(err) as view:
-            if spec is None:
-                outcome = run_bench(config, on_event=view)
-            else:
+            if spec is not None:
                 outcome = bench_engine(spec, config, metrics=metrics, on_event=view)
+            elif attached is not None:
+                outcome = bench_attached(config, attached, on_event=view)
+            else:
+                outcome = run_bench(config, on_event=view)
         summary = outcome.summary
         if json_output:
             out_console.print_json(summary.model_dump_json(by_alias=True))

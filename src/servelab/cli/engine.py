@@ -1,9 +1,11 @@
-"""`servelab engine check|up|down|logs|list`: launch, watch and stop a serving engine.
+"""`servelab engine check|up|down|logs|list|scan`: launch, watch and stop a serving engine,
+and read the log of one that has finished.
 
 A spec comes from a YAML file, from options, or from both (options win; --env and
 --knob merge into the file's, --extra-args append). `check` starts nothing; `up`
 leaves the engine running after it returns, recorded in the state file
 (`$SERVELAB_STATE`, else `$XDG_STATE_HOME/servelab`, else `~/.local/state/servelab`).
+`scan` reads a log or a saved /metrics page, wherever it came from.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from servelab.cli.engine_log_options import LogEngine
 from servelab.cli.exit_codes import handle_errors
 from servelab.cli.option_groups import with_option_groups
 from servelab.cli.options import check_range
@@ -30,12 +33,14 @@ from servelab.engines.embedded.cache import EMBEDDED_CPU_MAX_CONCURRENCY
 
 if TYPE_CHECKING:
     from servelab.engines.check import CacheCheck, SpecCheck
+    from servelab.engines.logscan import EngineLogScan
 
 __all__ = ["engine_app"]
 
 engine_app = typer.Typer(
     name="engine",
-    help="Launch, watch and stop a serving engine (SGLang, vLLM, transformers, sim) from a spec.",
+    help="Launch, watch and stop a serving engine (SGLang, vLLM, transformers, sim) from a spec;"
+    " read a finished engine's log.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -277,6 +282,85 @@ def list_engines(json_output: JsonFlag = False) -> None:
                 r.name, r.engine, r.url, str(r.engine_process.pid), r.started_at, r.log_path
             )
         out.print(table)
+
+
+@engine_app.command("scan")
+def scan(
+    source: Annotated[
+        str,
+        typer.Argument(
+            metavar="FILE|-",
+            help="An engine log (plain or gzip; written by servelab's launcher, docker, "
+            "kubectl or the engine itself) or a /metrics page saved with curl; - reads "
+            "standard input.",
+        ),
+    ],
+    engine: Annotated[
+        LogEngine | None,
+        typer.Option(
+            "--engine",
+            help="Whose log it is. Default: the engine whose own messages and stats lines "
+            "match the most lines (a /metrics page: by its metric names); the output names "
+            "the guess.",
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            metavar="PNG",
+            help="Also draw the stats series (requests, KV usage, throughput, prefill "
+            "tokens) over time into this PNG file.",
+        ),
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Read a finished engine log, or a saved /metrics page, into events and a stats series.
+
+    Its lines go through the readers servelab reads a launched engine's log with. Each
+    known message (a default MoE config, CUDA graphs, KV capacity and limits, out of
+    memory, NCCL errors, ...) is an event, shown with its count, its fields and its first
+    line. The periodic stats lines (running and queued requests, KV cache usage,
+    generation throughput, prefill tokens) become a series: samples, min, median and max
+    per gauge, placed in time by the lines' own timestamps (ISO 8601, SGLang's, vLLM's)
+    where every stats line has one, else by line order; the output says which. Exit code
+    2 when the file cannot be read or nothing in it was recognised (the line says which
+    engine and version it looks like); docs/ENGINE_SCAN.md describes --json.
+    """
+    out, err = _out(), Console(stderr=True)
+    with handle_errors(err):
+        from servelab.engines.logscan import scan_engine_file, scan_engine_stream
+        from servelab.report.engine_scan import nothing_read, render_engine_scan
+
+        name = engine.value if engine is not None else None
+        if source == "-":
+            result = scan_engine_stream(sys.stdin.buffer, source="-", engine=name)
+        else:
+            result = scan_engine_file(Path(source), engine=name)
+        if json_output:
+            out.print_json(result.model_dump_json(), highlight=False)
+        if not result.recognised:
+            raise ConfigError(nothing_read(result))
+        if not json_output:
+            out.print(render_engine_scan(result))
+        if plot is not None:
+            _write_scan_plot(result, plot, err)
+
+
+def _write_scan_plot(result: EngineLogScan, path: Path, err: Console) -> None:
+    """The PNG of the stats series; a scan with too few samples gets a note instead."""
+    from servelab.report.engine_scan import engine_scan_plot
+    from servelab.report.plots.render import render_png
+
+    drawn = engine_scan_plot(result)
+    if drawn.missing is not None:
+        err.print(f"not plotted: {escape(drawn.missing)}", highlight=False)
+        return
+    try:
+        path.write_bytes(render_png(drawn))
+    except OSError as exc:
+        raise ConfigError(f"cannot write --plot {path}: {exc.strerror}") from None
+    err.print(f"plot: {escape(str(path))}", highlight=False, soft_wrap=True)
 
 
 def _against_machine(result: SpecCheck, spec: EngineSpec, probe: Path | None) -> SpecCheck:

@@ -59,7 +59,7 @@ class SweepView:
 
     def __call__(self, event: BenchEvent) -> None:
         if isinstance(event, Notice):
-            self.err.print(escape(event.message), highlight=False)
+            self.err.print(escape(event.message), highlight=False, soft_wrap=True)
         elif isinstance(event, LevelStarted):
             self._start(event)
         elif isinstance(event, LevelProgress) and self.task is not None:

@@ -20,6 +20,7 @@ from servelab.bench.load import LoadMode
 from servelab.bench.sweep import DEFAULT_MAX_CONCURRENCY
 from servelab.bench.workload import parse_dataset
 from servelab.cli.bench import print_failures
+from servelab.cli.engine_log_options import EngineLogOptions
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
 from servelab.cli.option_groups import with_option_groups
 from servelab.cli.options import (
@@ -68,6 +69,7 @@ def run(
         str | None,
         typer.Option(help="Sweep this endpoint instead of launching the embedded engine."),
     ] = None,
+    engine_log: EngineLogOptions,
     engine: EngineSpecPath = None,
     model: Annotated[str | None, typer.Option(help="With --url: the served model name.")] = None,
     preset: Annotated[
@@ -205,6 +207,8 @@ def run(
             raise ConfigError("give --num-requests or --duration, not both")
         config = RunConfig(
             url=parse_url(url) if url else None,
+            engine_log=engine_log.engine_log,
+            engine_log_format=engine_log.engine,
             engine=load_spec(engine) if engine is not None else None,
             model=model,
             preset=preset or DEFAULT_PRESET,

@@ -158,7 +158,8 @@ def engine_config(
         knobs=knobs,
         layout=layout,
         command=command,
-        running_cap=_int_from_command(command, knobs.get("max_running_requests"))
+        running_cap=_cap_lowered(events)
+        or _int_from_command(command, knobs.get("max_running_requests"))
         or _int_from_log(events, _RUNNING_CAP_FIELDS)
         or _int_reported(reported, _RUNNING_CAP_FIELDS),
         cuda_graphs=_switch_from_command(command, knobs.get("cuda_graphs"))
@@ -177,6 +178,21 @@ def engine_config(
         kv_full=[e for e in events if e.kind is EventKind.KV_CACHE_FULL],
         resolved=resolved,
     )
+
+
+def _cap_lowered(events: list[LogEvent]) -> Setting[int] | None:
+    """The running cap in force where the engine lowered it at start-up below the one
+    configured (SGLang, for a state cache or a small pool): the command line and
+    /get_server_info still say the configured one, the scheduler admits no more than this."""
+    for event in events:
+        if event.kind is not EventKind.RUNNING_CAP_LOWERED:
+            continue
+        value = event.fields.get("in_force")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            configured = event.fields.get("configured")
+            was = f", configured {configured}" if isinstance(configured, int) else ""
+            return Setting(value, f"{_line(event)}: lowered at start-up to {value}{was}")
+    return None
 
 
 _REPORTED_KV_FIELDS = ("max_total_num_tokens",)

@@ -21,6 +21,7 @@ from pathlib import PurePosixPath
 from types import MappingProxyType
 
 from servelab.core.severity import Severity
+from servelab.probe.comm.nccl_log import parse_connection
 
 __all__ = [
     "KIND_INFO",
@@ -59,15 +60,20 @@ class EventKind(StrEnum):
     SCHEDULER_LIMITS = "scheduler_limits"
     KV_CACHE_FULL = "kv_cache_full"
     KV_CACHE_SIZING_FAILED = "kv_cache_sizing_failed"
+    KV_SIZE_NEGATIVE = "kv_size_negative"
+    RUNNING_CAP_LOWERED = "running_cap_lowered"
     CONTINUOUS_BATCHING_OFF = "continuous_batching_off"
     OUT_OF_MEMORY = "out_of_memory"
     NCCL_ERROR = "nccl_error"
     NCCL_WARNING = "nccl_warning"
+    NCCL_TRANSPORT = "nccl_transport"
+    CUSTOM_ALLREDUCE_OFF = "custom_allreduce_off"
     NAN = "nan"
     ENGINE_CONFIG = "engine_config"
     ENGINE_VERSION = "engine_version"
     ENGINE_READY = "engine_ready"
     ENGINE_ERROR = "engine_error"
+    ENGINE_HANG = "engine_hang"
     BAD_ARGUMENT = "bad_argument"
 
 
@@ -184,6 +190,25 @@ KIND_INFO: Mapping[EventKind, KindInfo] = MappingProxyType(
             "masks cost batch tokens x cache tokens); on a GPU a larger share also works "
             "(`knobs.mem_fraction`, --cb-max-memory-percent).",
         ),
+        EventKind.KV_SIZE_NEGATIVE: KindInfo(
+            "The engine's memory profile left nothing for the KV cache: the weights, activations "
+            "and CUDA graphs (and a hybrid model's state cache) took all the memory the fraction "
+            "allows, so the profiled KV size came out zero or negative (`kv_gib` where printed) "
+            "and the engine did not start.",
+            "Raise the memory fraction (SGLang --mem-fraction-static, above "
+            "`min_mem_fraction_static` where printed; vLLM --gpu-memory-utilization), free the "
+            "GPU of other processes, shard the weights further (TP/PP/EP), or shorten the context.",
+        ),
+        EventKind.RUNNING_CAP_LOWERED: KindInfo(
+            "SGLang lowered the running-request cap below the configured value at start-up: the "
+            "KV cache (`reason`: kv cache) or a hybrid model's mamba state cache holds fewer "
+            "requests. /get_server_info still reports `configured`; the scheduler admits "
+            "`in_force` per data-parallel worker, so throughput plateaus there.",
+            "Read the sweep's knee against `in_force`, not the flag. To raise it: more KV memory "
+            "(--mem-fraction-static, an FP8 KV cache, more tensor parallelism, a shorter context); "
+            "for the state cache --max-mamba-cache-size, --mamba-full-memory-ratio or "
+            "--mamba-ssm-dtype bfloat16.",
+        ),
         EventKind.CONTINUOUS_BATCHING_OFF: KindInfo(
             "The model cannot use continuous batching; requests are generated one after another.",
             "Use a model class with continuous-batching support, or expect no gain from "
@@ -203,6 +228,25 @@ KIND_INFO: Mapping[EventKind, KindInfo] = MappingProxyType(
             "NCCL reported a problem it may have worked around (a failed transport, a socket "
             "retry); often the first sign of a slow or failing collective.",
             "Read `detail`; compare all-reduce bandwidth with servelab probe --comm.",
+        ),
+        EventKind.NCCL_TRANSPORT: KindInfo(
+            "The transport NCCL chose between two ranks (`via`): P2P (NVLink or PCIe "
+            "peer-to-peer), SHM (staged through host memory, its fallback without P2P, e.g. in a "
+            "VM) or NET (a network, even within one host). SHM or NET within one host slows "
+            "every all-reduce; `count` is how many channel connections used it.",
+            "If SHM or NET shows within one host, check P2P (servelab probe; nvidia-smi topo -p2p "
+            "r), the IOMMU/ACS settings and the VM or container; compare all-reduce bandwidth "
+            "with servelab probe --comm.",
+        ),
+        EventKind.CUSTOM_ALLREDUCE_OFF: KindInfo(
+            "The engine's custom all-reduce kernel is off (`reason`), so every tensor-parallel "
+            "all-reduce goes through NCCL; for decode's small messages that costs latency in "
+            "every layer.",
+            "no p2p: enable GPU peer-to-peer (bare metal, or a VM with P2P and the IOMMU set for "
+            "it) and confirm with servelab probe --comm; pcie more than two: expected on a "
+            "PCIe-only machine with more than two GPUs; spans nodes, unsupported world size: "
+            "expected, or change the tensor-parallel size. Pass --disable-custom-all-reduce to "
+            "make it explicit.",
         ),
         EventKind.NAN: KindInfo(
             "Logits or probabilities contain NaN: the model produces garbage for some requests.",
@@ -226,6 +270,16 @@ KIND_INFO: Mapping[EventKind, KindInfo] = MappingProxyType(
             "cause.",
             "Read the traceback before this line; the other events often name the cause.",
         ),
+        EventKind.ENGINE_HANG: KindInfo(
+            "The engine stopped making progress: a watchdog saw no forward step for `timeout_s` "
+            "(SGLang), or the engine core or a worker did not answer in time (vLLM). Usually a "
+            "collective waits on a stuck rank (NCCL, P2P) or a kernel hangs; at start-up, weight "
+            "loading or compilation can also outlast the timeout.",
+            "Read the lines before it (NCCL warnings, the stuck ranks' stack dump); rerun with "
+            "NCCL_DEBUG=INFO and check P2P with servelab probe --comm. If start-up is only slow, "
+            "raise the timeout (SGLang --watchdog-timeout; vLLM VLLM_ENGINE_READY_TIMEOUT_S, "
+            "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, VLLM_RPC_TIMEOUT).",
+        ),
         EventKind.BAD_ARGUMENT: KindInfo(
             "The engine rejected a command-line argument and did not start.",
             "Fix the flag in the spec (servelab engine check SPEC names the closest valid one).",
@@ -248,11 +302,12 @@ class Signature:
     """One engine message: how to find it cheaply, how to match it, what to extract.
 
     `literals` gate the regex: at least one must occur in the line. The regex's match is
-    also the identity of the message: lines whose matches are equal are one event, counted.
-    Named groups become fields through `converters` (text when absent), except groups
-    named with a leading underscore; `extract` adds fields the groups cannot express.
-    A `fallback` signature matches only when no other signature of its kind matched the
-    same line.
+    also the identity of the message: lines whose matches are equal are one event, counted;
+    `identity` names fields to compare instead, for a message printed once per channel or
+    peer that means one thing (NCCL's transport). Named groups become fields through
+    `converters` (text when absent), except groups named with a leading underscore;
+    `extract` adds fields the groups cannot express. A `fallback` signature matches only
+    when no other signature of its kind matched the same line.
     """
 
     name: str
@@ -265,6 +320,7 @@ class Signature:
     converters: Mapping[str, Converter] = field(default_factory=dict)
     extract: Extractor | None = None
     fallback: bool = False
+    identity: tuple[str, ...] = ()
 
     def fields(self, match: re.Match[str]) -> Fields:
         """The typed values in a match of this signature."""
@@ -619,6 +675,54 @@ def _cb_worker_dead(match: re.Match[str]) -> Fields:
     return {"detail": cause.group(1)} if cause else {}
 
 
+def _nccl_connection(match: re.Match[str]) -> Fields:
+    """The transport ("P2P", "SHM", "NET"), path, channel and ranks of an NCCL "Channel ... via
+    ..." line, read by the probe's own NCCL log parser."""
+    connection = parse_connection(match.string)
+    if connection is None:
+        return {}
+    values: Fields = {
+        "transport": connection.transport,
+        "via": connection.via,
+        "channel": connection.channel,
+        "from_rank": connection.from_rank,
+    }
+    if connection.to_rank is not None:
+        values["to_rank"] = connection.to_rank
+    return values
+
+
+# The group of the custom all-reduce regex that matched -> the short reason.
+_CUSTOM_ALLREDUCE_REASONS = {
+    "_no_library": "no library",
+    "_spans_nodes": "spans nodes",
+    "_pcie": "pcie more than two",
+    "_no_p2p": "no p2p",
+    "_no_mnnvl": "no mnnvl",
+    "world_size": "unsupported world size",
+}
+_CUSTOM_ALLREDUCE_OFF = (
+    r"(?:Custom allreduce|Custom collectives|CustomAll[Rr]educe(?:V2)?) (?:is|are) disabled "
+    r"(?:because (?:(?P<_no_library>of missing custom allreduce library)"
+    r"|(?P<_spans_nodes>this process group spans across nodes)"
+    r"|(?P<_pcie>it's not supported on more than two PCIe-only GPUs)"
+    r"|(?P<_no_p2p>your platform lacks GPU P2P capability or P2P test failed)"
+    r"|(?P<_no_mnnvl>this multi-node group does not (?:have MNNVL-capable GPUs on every rank"
+    r"|support MNNVL multicast)))"
+    r"|due to an unsupported world size: (?P<world_size>\d+))"
+)
+
+
+def _custom_allreduce_reason(match: re.Match[str]) -> Fields:
+    reason = next(why for group, why in _CUSTOM_ALLREDUCE_REASONS.items() if match.group(group))
+    return {"reason": reason}
+
+
+def _sglang_watchdog(match: re.Match[str]) -> Fields:
+    """Before v0.5.10 only the scheduler had a watchdog, and its line named no process."""
+    return {"what": "watchdog", "process": match.group("_process") or "Scheduler"}
+
+
 # --- building blocks ----------------------------------------------------------------------
 
 
@@ -634,6 +738,7 @@ def _sig(
     converters: Mapping[str, Converter] | None = None,
     extract: Extractor | None = None,
     fallback: bool = False,
+    identity: tuple[str, ...] = (),
 ) -> Signature:
     return Signature(
         name=name,
@@ -646,6 +751,7 @@ def _sig(
         converters=MappingProxyType(dict(converters or {})),
         extract=extract,
         fallback=fallback,
+        identity=identity,
     )
 
 
@@ -664,6 +770,9 @@ _SG_MOE = "python/sglang/srt/layers/moe/fused_moe_triton/fused_moe_triton_config
 _SG_RUNNER = "python/sglang/srt/model_executor/model_runner.py"
 _SG_SCHEDULER = "python/sglang/srt/managers/scheduler.py"
 _SG_POOL = "python/sglang/srt/mem_cache/memory_pool.py"
+_SG_KV_CONFIG = "python/sglang/srt/mem_cache/kv_cache_configurator.py"
+_SG_KV_MIXIN = "python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py"
+_SG_COMM = "python/sglang/srt/distributed/device_communicators"
 _VL_RUNNER = "vllm/v1/worker/gpu_model_runner.py"
 _VL_KV = "vllm/v1/core/kv_cache_utils.py"
 _TF_CB = "src/transformers/generation/continuous_batching"
@@ -954,16 +1063,180 @@ _SGLANG: tuple[Signature, ...] = (
         "#new_token_ratio: 0.1474 -> 0.1845",
         extract=_sglang_retract,
     ),
+    # Raised when the profiled token count is <= 0; "Current value: ..." since v0.5.4.
     _sig(
         "sglang.not_enough_memory",
-        _K.OUT_OF_MEMORY,
+        _K.KV_SIZE_NEGATIVE,
         _ERROR,
         r"Not enough memory\. Please try to increase --mem-fraction-static\.",
         literals=("Not enough memory. Please try to increase",),
-        source=Source(SGLANG, "python/sglang/srt/model_executor/pool_configurator.py", "main 2026"),
+        source=Source(
+            SGLANG,
+            f"{_SG_RUNNER} (ModelRunner.init_memory_pool, to v0.5.4), "
+            "model_runner_kv_cache_mixin.py and pool_configurator.py (MemoryPoolConfig."
+            "__post_init__, since v0.5.10)",
+            "v0.4.3-v0.5.23",
+        ),
         example="RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
         "Current value: mem_fraction_static=0.1",
         extract=lambda m: _key_values(_after(m)),
+    ),
+    _sig(
+        "sglang.weights_leave_no_kv_memory",
+        _K.KV_SIZE_NEGATIVE,
+        _ERROR,
+        r"Loaded weights leave no GPU memory for the KV cache under "
+        r"--mem-fraction-static=(?P<mem_fraction_static>[\d.]+)\..*?\(minimum viable = "
+        r"1 - available/pre = (?P<min_mem_fraction_static>-?[\d.]+)\)",
+        literals=("Loaded weights leave no GPU memory",),
+        source=Source(
+            SGLANG,
+            f"{_SG_KV_CONFIG} (KVCacheConfigurator._profile_available_bytes)",
+            "v0.5.16-v0.5.23",
+        ),
+        example="ValueError: Loaded weights leave no GPU memory for the KV cache under "
+        "--mem-fraction-static=0.8. Raise --mem-fraction-static above 0.874 (minimum viable = "
+        "1 - available/pre = 0.8731). If using speculative decoding, draft weights are now "
+        "counted.",
+        converters={"mem_fraction_static": float, "min_mem_fraction_static": float},
+    ),
+    _sig(
+        "sglang.mamba_state_cache_no_memory",
+        _K.KV_SIZE_NEGATIVE,
+        _ERROR,
+        r"Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache\. Computed "
+        r"max_mamba_cache_size=(?P<max_mamba_cache_size>-?\d+) "
+        r"\(total_rest_memory=(?P<rest_gib>-?[\d.]+) GB",
+        literals=("Not enough GPU memory for hybrid",),
+        source=Source(
+            SGLANG,
+            f"{_SG_KV_MIXIN} (ModelRunnerKVCacheMixin.handle_max_mamba_cache, v0.5.13), "
+            f"{_SG_KV_CONFIG} (KVCacheConfigurator._handle_max_mamba_cache, since v0.5.16)",
+            "v0.5.13-v0.5.23",
+        ),
+        example="RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state "
+        "cache. Computed max_mamba_cache_size=-4 (total_rest_memory=-0.42 GB, "
+        "mamba_cache_per_req=57.38 MB). Try: (1) reduce --max-running-requests, (2) increase "
+        "--mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or (4) use GPUs with "
+        "more memory.",
+        converters={"max_mamba_cache_size": int, "rest_gib": float},
+    ),
+    # `configured` is the requested cap per data-parallel worker (the flag // attention DP size).
+    _sig(
+        "sglang.max_running_requests_reduced",
+        _K.RUNNING_CAP_LOWERED,
+        _WARNING,
+        r"max_running_requests was reduced from the requested (?P<configured>\d+) to "
+        r"(?P<in_force>\d+) \(per dp worker\) due to the available KV cache"
+        r"(?P<_auxiliary> or auxiliary-state)? capacity",
+        literals=("max_running_requests was reduced",),
+        source=Source(
+            SGLANG,
+            f"{_SG_KV_CONFIG} (KVCacheConfigurator.resolve_max_num_reqs), "
+            "python/sglang/srt/hardware_backend/mlx/model_runner_stub.py ('or auxiliary-state')",
+            "v0.5.16-v0.5.23",
+        ),
+        example="[2026-05-11 10:22:08 TP0] max_running_requests was reduced from the requested "
+        "256 to 104 (per dp worker) due to the available KV cache capacity.",
+        converters={"configured": int, "in_force": int},
+        extract=lambda m: {
+            "reason": "kv cache or auxiliary state" if m.group("_auxiliary") else "kv cache"
+        },
+    ),
+    _sig(
+        "sglang.max_running_requests_capped_by_mamba",
+        _K.RUNNING_CAP_LOWERED,
+        _WARNING,
+        r"max_running_requests is capped to (?P<in_force>\d+) by the mamba state cache "
+        r"\(max_mamba_cache_size=(?P<max_mamba_cache_size>\d+), "
+        r"(?P<slots_per_request>\d+) state slots per request\)",
+        literals=("max_running_requests is capped to",),
+        source=Source(
+            SGLANG, f"{_SG_KV_CONFIG} (KVCacheConfigurator.resolve_max_num_reqs)", "v0.5.19-v0.5.23"
+        ),
+        example="[2026-06-02 14:03:51 TP0] max_running_requests is capped to 48 by the mamba "
+        "state cache (max_mamba_cache_size=144, 3 state slots per request). To raise it: "
+        "increase --mamba-full-memory-ratio or --max-mamba-cache-size, or halve the state size "
+        "with --mamba-ssm-dtype bfloat16.",
+        converters=dict.fromkeys(("in_force", "max_mamba_cache_size", "slots_per_request"), int),
+        extract=lambda _m: {"reason": "mamba state cache"},
+    ),
+    _sig(
+        "sglang.mamba_state_cache_too_small",
+        _K.RUNNING_CAP_LOWERED,
+        _ERROR,
+        r"Hybrid \(mamba/linear-attention\) state cache is too small to serve any requests\. "
+        r"max_mamba_cache_size=(?P<max_mamba_cache_size>-?\d+), "
+        r"mamba_ratio=(?P<slots_per_request>\d+), resulting max_num_reqs=(?P<in_force>-?\d+)",
+        literals=("state cache is too small to serve any requests",),
+        source=Source(
+            SGLANG,
+            f"{_SG_KV_MIXIN} (ModelRunnerKVCacheMixin._resolve_max_num_reqs, v0.5.13), "
+            f"{_SG_KV_CONFIG} (KVCacheConfigurator.resolve_max_num_reqs, since v0.5.16)",
+            "v0.5.13-v0.5.23",
+        ),
+        example="RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve "
+        "any requests. max_mamba_cache_size=2, mamba_ratio=3, resulting max_num_reqs=0. Try: (1) "
+        "reduce --max-running-requests, (2) increase --mem-fraction-static, or (3) use GPUs with "
+        "more memory.",
+        converters=dict.fromkeys(("in_force", "max_mamba_cache_size", "slots_per_request"), int),
+        extract=lambda _m: {"reason": "mamba state cache"},
+    ),
+    # Before v0.5.10 the scheduler's own thread: "Watchdog timeout (self.watchdog_timeout=300)".
+    _sig(
+        "sglang.watchdog_timeout",
+        _K.ENGINE_HANG,
+        _ERROR,
+        r"(?:(?P<_process>\w+) watchdog timeout|Watchdog timeout) "
+        r"\(self\.watchdog_timeout=(?P<timeout_s>[\d.]+)(?:, self\.soft=False)?\)",
+        literals=("atchdog timeout (self.watchdog_timeout=",),
+        source=Source(
+            SGLANG,
+            f"{_SG_SCHEDULER} (Scheduler.watchdog_thread, to v0.5.4), "
+            "python/sglang/srt/utils/watchdog.py (WatchdogRaw._watchdog_once, since v0.5.10)",
+            "v0.4.3-v0.5.23",
+        ),
+        example="[2026-03-05 08:10:44 DP0 TP0] Scheduler watchdog timeout "
+        "(self.watchdog_timeout=300, self.soft=False)",
+        converters={"timeout_s": float},
+        extract=_sglang_watchdog,
+    ),
+    # --soft-watchdog-timeout: the same line, but the engine only dumps its state and goes on.
+    _sig(
+        "sglang.soft_watchdog_timeout",
+        _K.ENGINE_HANG,
+        _WARNING,
+        r"(?P<_process>\w+) watchdog timeout \(self\.watchdog_timeout=(?P<timeout_s>[\d.]+), "
+        r"self\.soft=True\)",
+        literals=("watchdog timeout (self.watchdog_timeout=",),
+        source=Source(
+            SGLANG,
+            "python/sglang/srt/utils/watchdog.py (WatchdogRaw._watchdog_once)",
+            "v0.5.10-v0.5.23",
+        ),
+        example="[2026-03-05 08:10:44 DP0 TP0] Scheduler watchdog timeout "
+        "(self.watchdog_timeout=60.0, self.soft=True)",
+        converters={"timeout_s": float},
+        extract=lambda m: _sglang_watchdog(m) | {"soft": True},
+    ),
+    _sig(
+        "sglang.custom_allreduce_disabled",
+        _K.CUSTOM_ALLREDUCE_OFF,
+        _WARNING,
+        _CUSTOM_ALLREDUCE_OFF,
+        literals=("is disabled because", "is disabled due to an unsupported world size"),
+        source=Source(
+            SGLANG,
+            f"{_SG_COMM}/custom_all_reduce.py (CustomAllreduce.__init__, to v0.5.4), "
+            "custom_all_reduce_utils.py (can_use_custom_all_reduce_with_nvlink, since v0.5.10: "
+            "'CustomAllreduce is disabled', 'CustomAllReduceV2 is disabled')",
+            "v0.4.3-v0.5.23",
+        ),
+        example="[2025-02-20 09:12:31 TP0] Custom allreduce is disabled because your platform "
+        "lacks GPU P2P capability or P2P test failed. To silence this warning, specify "
+        "disable_custom_all_reduce=True explicitly.",
+        converters={"world_size": int},
+        extract=_custom_allreduce_reason,
     ),
     _sig(
         "sglang.nan_in_logits",
@@ -1158,7 +1431,7 @@ _VLLM: tuple[Signature, ...] = (
         "vllm.available_kv_cache_memory",
         _K.KV_CACHE_MEMORY,
         _INFO,
-        r"Available KV cache memory: (?P<available_gib>-?[\d.]+) GiB",
+        r"Available KV cache memory: (?P<available_gib>[\d.]+) GiB",
         literals=("Available KV cache memory",),
         source=Source(VLLM, "vllm/v1/worker/gpu_worker.py", "v0.8-v0.2x"),
         example="(EngineCore_DP0 pid=441) INFO 11-24 11:44:17 [gpu_worker.py:348] Available KV "
@@ -1315,12 +1588,34 @@ _VLLM: tuple[Signature, ...] = (
         extract=_vllm_preemption,
     ),
     _sig(
+        "vllm.kv_cache_memory_negative",
+        _K.KV_SIZE_NEGATIVE,
+        _ERROR,
+        r"Available KV cache memory: (?P<kv_gib>-[\d.]+) GiB",
+        literals=("Available KV cache memory: -",),
+        source=Source(
+            VLLM,
+            "vllm/v1/worker/gpu_worker.py (Worker.determine_available_memory: '%.2f GiB', "
+            "'%s GiB' of format_gib in v0.34)",
+            "v0.10.1-v0.34.0",
+        ),
+        example="(EngineCore_DP0 pid=311) INFO 10-14 09:20:02 [gpu_worker.py:298] Available KV "
+        "cache memory: -2.35 GiB",
+        converters={"kv_gib": float},
+    ),
+    # Raised when that memory (or V0's block count) is <= 0.
+    _sig(
         "vllm.no_memory_for_cache_blocks",
-        _K.OUT_OF_MEMORY,
+        _K.KV_SIZE_NEGATIVE,
         _ERROR,
         r"No available memory for the cache blocks",
         literals=("No available memory for the cache blocks",),
-        source=Source(VLLM, _VL_KV, "v0.4-v0.2x"),
+        source=Source(
+            VLLM,
+            f"{_VL_KV} (check_enough_kv_cache_memory), vllm/v1/core/kv_cache_planning.py in v0.34, "
+            "vllm/worker/worker.py (V0)",
+            "v0.6.6-v0.34.0",
+        ),
         example="(EngineCore pid=3709) ValueError: No available memory for the cache blocks. Try "
         "increasing `gpu_memory_utilization` when initializing the engine.",
     ),
@@ -1373,6 +1668,125 @@ _VLLM: tuple[Signature, ...] = (
         source=Source(VLLM, "vllm/v1/engine/utils.py, vllm/v1/engine/core.py", "v0.8-v0.2x"),
         example="(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause "
         "above. Failed core proc(s): {}",
+    ),
+    _sig(
+        "vllm.engine_dead",
+        _K.ENGINE_ERROR,
+        _ERROR,
+        r"EngineCore encountered an issue\. See stack trace \(above\) for the root cause\."
+        r"|Engine core proc (?P<process>\S+) died unexpectedly"
+        r"|engine core exited unexpectedly"
+        r"|Engine loop is not running\. Inspect the stacktrace",
+        literals=(
+            "EngineCore encountered an issue",
+            "died unexpectedly",
+            "engine core exited unexpectedly",
+            "Engine loop is not running",
+        ),
+        source=Source(
+            VLLM,
+            "vllm/v1/engine/exceptions.py (EngineDeadError), vllm/v1/engine/core_client.py "
+            "(MPClient's engine monitor), vllm/engine/multiprocessing/__init__.py "
+            "(ENGINE_DEAD_ERROR, V0)",
+            "v0.6.6-v0.34.0",
+        ),
+        example="(APIServer pid=1) vllm.v1.engine.exceptions.EngineDeadError: EngineCore "
+        "encountered an issue. See stack trace (above) for the root cause.",
+    ),
+    # The client waits for the engine cores' first message: 600 s fixed before v0.34 (with the
+    # missing space of its source, "sendinitial"), VLLM_ENGINE_READY_TIMEOUT_S after.
+    _sig(
+        "vllm.engine_core_start_timeout",
+        _K.ENGINE_HANG,
+        _ERROR,
+        r"Timed out waiting for (?P<_new>new )?engine(?:s to send ?initial message on input "
+        r"socket| core processes to start\.(?: This is [^.]*\.)? Waited (?P<timeout_s>[\d.]+)s)",
+        literals=("Timed out waiting for engine", "Timed out waiting for new engine"),
+        source=Source(
+            VLLM,
+            "vllm/v1/engine/core_client.py (MPClient.__init__; DPLBAsyncMPClient."
+            "_scale_up_elastic_ep, _wait_for_new_engine_ready in v0.34)",
+            "v0.10.1-v0.34.0",
+        ),
+        example="TimeoutError: Timed out waiting for engine core processes to start. This is "
+        "often caused by slow weight loading for large models. Waited 600s (configured by "
+        "VLLM_ENGINE_READY_TIMEOUT_S). To increase the timeout, set the environment variable: "
+        "VLLM_ENGINE_READY_TIMEOUT_S=<seconds>",
+        converters={"timeout_s": float},
+        extract=lambda m: {
+            "what": "engine core",
+            "during": "scale-up" if m.group("_new") else "start",
+        },
+    ),
+    _sig(
+        "vllm.worker_rpc_timeout",
+        _K.ENGINE_HANG,
+        _ERROR,
+        r"RPC call to (?P<method>\w+) timed out\.",
+        literals=("RPC call to ",),
+        source=Source(
+            VLLM,
+            "vllm/v1/executor/multiproc_executor.py (MultiprocExecutor.collective_rpc; "
+            "execute_model waits EXECUTE_MODEL_TIMEOUT_S = 40 in v0.8.5, "
+            "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS = 300 since v0.10)",
+            "v0.8.5-v0.34.0",
+        ),
+        example="(EngineCore_DP0 pid=270) ERROR 10-14 09:31:07 [core.py:710] TimeoutError: RPC "
+        "call to execute_model timed out.",
+        extract=lambda _m: {"what": "worker rpc"},
+    ),
+    _sig(
+        "vllm.engine_no_reply",
+        _K.ENGINE_HANG,
+        _ERROR,
+        r"(?:RPCServer|MQLLMEngine) didn't reply within (?P<_ms>\d+) ?ms",
+        literals=("didn't reply within",),
+        source=Source(
+            VLLM,
+            "vllm/engine/multiprocessing/client.py (MQLLMEngineClient._send_get_data_rpc_request, "
+            "_await_ack; VLLM_RPC_TIMEOUT in ms, V0)",
+            "v0.6.6-v0.8.5",
+        ),
+        example="TimeoutError: RPCServer didn't reply within 10000 ms",
+        extract=lambda m: {"what": "engine core", "timeout_s": int(m.group("_ms")) / 1000},
+    ),
+    # A process waited that long for another (hanging, or compiling): INFO since v0.11, DEBUG
+    # before ("in %s second.", with "foundin" on v0.8.5's read path).
+    _sig(
+        "vllm.shm_broadcast_wait",
+        _K.ENGINE_HANG,
+        _WARNING,
+        r"No available shared memory broadcast block found ?in (?P<timeout_s>[\d.]+) seconds?",
+        literals=("No available shared memory broadcast block",),
+        source=Source(
+            VLLM,
+            "vllm/distributed/device_communicators/shm_broadcast.py (MessageQueue.acquire_write, "
+            "acquire_read; VLLM_RINGBUFFER_WARNING_INTERVAL)",
+            "v0.8.5-v0.34.0",
+        ),
+        example="(Worker_TP1 pid=412) INFO 10-14 09:29:55 [shm_broadcast.py:466] No available "
+        "shared memory broadcast block found in 60 seconds. This typically happens when some "
+        "processes are hanging or doing some time-consuming work (e.g. compilation).",
+        converters={"timeout_s": float},
+        extract=lambda _m: {"what": "shm broadcast"},
+    ),
+    _sig(
+        "vllm.custom_allreduce_disabled",
+        _K.CUSTOM_ALLREDUCE_OFF,
+        _WARNING,
+        _CUSTOM_ALLREDUCE_OFF,
+        literals=("is disabled because", "are disabled because", "is disabled due to an"),
+        source=Source(
+            VLLM,
+            "vllm/distributed/device_communicators/custom_all_reduce.py (CustomAllreduce.__init__;"
+            " 'spans across nodes' to v0.11, 'Custom collectives ... MNNVL' in v0.34)",
+            "v0.6.6-v0.34.0",
+        ),
+        example="(VllmWorker rank=0 pid=2210) WARNING 05-02 10:00:41 [custom_all_reduce.py:137] "
+        "Custom allreduce is disabled because it's not supported on more than two PCIe-only "
+        "GPUs. To silence this warning, specify disable_custom_all_reduce=True explicitly.",
+        converters={"world_size": int},
+        extract=_custom_allreduce_reason,
     ),
     _sig(
         "vllm.argparse_error",
@@ -1690,6 +2104,24 @@ _GPU_COMMON: tuple[Signature, ...] = (
         example="[2026-02-27 15:27:13] tpgds-aihub0006:1180825:1180825 [4] os/linux.cc:200 NCCL "
         "WARN ncclOsSocketPollConnect: connect to 10.99.91.49<58525> returned Connection refused, "
         "exceeded error retry count after 35 attempts",
+    ),
+    # One event per transport: every channel of every rank pair prints its own line.
+    _sig(
+        "nccl.transport",
+        _K.NCCL_TRANSPORT,
+        _INFO,
+        r"NCCL INFO (?:Channel|CollNet) \d+(?:/\d+)? : \d+.*? via \S",
+        literals=("NCCL INFO Channel", "NCCL INFO CollNet"),
+        source=Source(
+            NCCL,
+            "src/transport/p2p.cc (p2pSendSetup), shm.cc (shmSendSetup), net.cc (sendSetup, "
+            "recvSetup), coll_net.cc; prefix src/debug.cc",
+            "v2.18.3-v2.30.7",
+        ),
+        example="h200-node:41522:41601 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via "
+        "P2P/CUMEM/read",
+        extract=_nccl_connection,
+        identity=("transport",),
     ),
     _sig(
         "torch.multinomial_invalid_probs",

@@ -8,6 +8,14 @@ while the engine runs, so a line pays a few substring tests unless one of a sign
 literals occurs in it. A message repeated (by every tensor-parallel rank, or at every
 step) is one event with a count; a kind stores at most `MAX_EVENTS_PER_KIND` distinct
 events and only counts the rest.
+
+Lines are matched wherever the message stands in them, after the engine's own prefix
+("[2025-01-02 10:00:00 DP0 TP0] ", "(EngineCore_DP0 pid=123) INFO 01-02 10:00:00
+[core.py:93] ", "host:pid:tid [0] NCCL INFO "). Leading stamps are dropped from the text:
+servelab's launcher's (UTC, then perf_counter seconds) and docker's RFC 3339 one
+(`docker logs -t`, nanoseconds), in either order, and the first of them with a zone gives
+`t_unix`; the engines' own clocks name no zone (vLLM's not even the year), so they give
+none. Terminal colours (vLLM's cyan worker prefixes) are dropped too.
 """
 
 from __future__ import annotations
@@ -57,10 +65,13 @@ MAX_TEXT_CHARS = 1000
 # (`raise RuntimeError(f"NCCL error: {error_str}")`), so it is not matched.
 _FRAME = re.compile(r'File "[^"]+", line \d+')
 
-# A leading ISO 8601 timestamp, as servelab's launcher (or docker, or a logger) writes it.
+# A leading ISO 8601 timestamp, as servelab's launcher (or docker, or a logger) writes it;
+# after a zoned one, the launcher's perf_counter seconds.
 _LEADING_STAMP = re.compile(
-    r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(Z|[+-]\d{2}:?\d{2})?)\s+"
+    r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)(Z|[+-]\d{2}:?\d{2})?"
+    r"(?(2)(?:\s+\d+\.\d{6}(?=\s))?)\s+"
 )
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class LogEvent(BaseModel):
@@ -157,12 +168,9 @@ class SignatureMatcher:
         """
         self._lines += 1
         text = line.rstrip("\r\n")
-        t_unix = None
-        stamp = _LEADING_STAMP.match(text)
-        if stamp is not None:
-            text = text[stamp.end() :]
-            if stamp.group(2):
-                t_unix = datetime.fromisoformat(stamp.group(1).replace(",", ".")).timestamp()
+        if "\x1b" in text:
+            text = _ANSI.sub("", text)
+        text, t_unix = _strip_stamps(text)
         after_frame = self._after_frame
         self._after_frame = 'File "' in text and _FRAME.search(text) is not None
         if after_frame:
@@ -196,7 +204,11 @@ class SignatureMatcher:
         t_mono_ns: int | None,
     ) -> LogEvent | None:
         self._counts[sig.kind] += 1
-        key = (sig.name, match.group(0))
+        fields = sig.fields(match) if sig.identity else None
+        if fields is None:
+            key = (sig.name, match.group(0))
+        else:
+            key = (sig.name, repr([fields.get(name) for name in sig.identity]))
         seen = self._by_key.get(key)
         if seen is not None:
             seen.count += 1
@@ -213,7 +225,7 @@ class SignatureMatcher:
             line_no=self._lines,
             last_line_no=self._lines,
             text=_excerpt(match),
-            fields=sig.fields(match),
+            fields=sig.fields(match) if fields is None else fields,
             t_unix=t_unix,
             t_mono_ns=t_mono_ns,
         )
@@ -240,6 +252,17 @@ def scan_text(engine: str, text: str) -> list[LogEvent]:
     for line in text.splitlines():
         matcher.feed(line)
     return matcher.events
+
+
+def _strip_stamps(text: str) -> tuple[str, float | None]:
+    """The line without its leading stamps, and the time of the first one with a zone."""
+    t_unix = None
+    while stamp := _LEADING_STAMP.match(text):
+        text = text[stamp.end() :]
+        if t_unix is None and stamp.group(2):
+            iso = stamp.group(1).replace(",", ".") + stamp.group(2)
+            t_unix = datetime.fromisoformat(iso).timestamp()
+    return text, t_unix
 
 
 def _excerpt(match: re.Match[str]) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from servelab.bench.attach import attached_log, save_attached_events
 from servelab.bench.capacity import DEFAULT_ATTAINMENT, DEFAULT_MAX_STEPS
 from servelab.bench.cluster import ClusterSpec
 from servelab.bench.events import BenchEvent, Notice
@@ -42,6 +43,7 @@ from servelab.diagnose import DiagnoseOptions, Diagnosis, Knee, diagnose_run, fi
 from servelab.engines.base import EngineSpec
 from servelab.engines.embedded.cache import refuse_memory_share
 from servelab.engines.embedded.presets import DEFAULT_PRESET, get_preset
+from servelab.engines.follow import AttachedLog
 from servelab.engines.signatures import EngineExit
 from servelab.engines.watched import WatchedEngine, launch_watched
 from servelab.pipeline.limits import kv_room
@@ -69,6 +71,10 @@ class RunConfig:
     the embedded engine at `preset`."""
 
     url: str | None = None
+    engine_log: Path | None = None
+    """With `url`: the engine's log file, followed while the sweep runs (engines.follow)."""
+    engine_log_format: str | None = None
+    """Whose log `engine_log` is; None: guessed (engines.follow)."""
     engine: EngineSpec | None = None
     model: str | None = None
     preset: str = "tiny"
@@ -140,6 +146,7 @@ def run_pipeline(
     if config.torch_profile is not None and config.url is not None:
         raise ConfigError("--torch-profile needs an engine servelab launches, not --url")
     support = engine_profiler(spec) if config.torch_profile is not None else None
+    attached = attached_log(config.engine_log, config.engine_log_format, url=config.url)
     if config.url is not None:
         ensure_listening(config.url)
     elif spec.engine == "embedded" and _on_cpu(spec):
@@ -178,6 +185,8 @@ def run_pipeline(
                 url=engine.url,
             )
             bench = replace(bench, torch_profile=plan)
+        if attached is not None:
+            attached.start()
         try:
             info = engine_info(engine) if engine else None
             outcome = run_bench(
@@ -185,7 +194,7 @@ def run_pipeline(
                 on_event=on_event,
                 run_dir=run_dir,
                 engine_info=info,
-                log_stats=watched.log_stats if watched else None,
+                log_stats=watched.log_stats if watched else attached,
                 engine_exit=watched.engine.process.poll if watched else None,
             )
         except EndpointRejected as rejected:
@@ -197,15 +206,19 @@ def run_pipeline(
             if watched is not None and isinstance(stopped, EngineDied):
                 died = note_death(watched, stopped)
             _stop(watched, on_event)
+            _save_attached(attached, run_dir, on_event)
             _write_report(run_dir, run_dir.load_summary(BenchSummary), watched, config, died)
             raise
         _stop(watched, on_event)
+        _save_attached(attached, run_dir, on_event)
         on_event(Notice("diagnosing and writing the report"))
         knee, report, diagnosis = _write_report(run_dir, outcome.summary, watched, config)
         assert report is not None
         return RunResult(outcome.summary, knee, run_dir.path, report, diagnosis)
     finally:
         _stop(watched, on_event)
+        if attached is not None:
+            attached.stop()
         run_dir.close()
 
 
@@ -237,6 +250,15 @@ def _stop(watched: WatchedEngine | None, on_event: Callable[[BenchEvent], None])
     if watched.engine.process.poll() is None:
         on_event(Notice("stopping the engine"))
     watched.engine.stop()
+
+
+def _save_attached(
+    attached: AttachedLog | None, run_dir: RunDir, on_event: Callable[[BenchEvent], None]
+) -> None:
+    """Stop following an attached engine's log and write its engine_events.json."""
+    if attached is not None:
+        attached.stop()
+        save_attached_events(run_dir, attached, on_event=on_event)
 
 
 def _sweep_plan(config: RunConfig, spec: EngineSpec, probe: ProbeReport) -> SweepPlan | None:

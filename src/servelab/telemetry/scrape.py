@@ -2,24 +2,57 @@
 
 SGLang and vLLM say how many requests run and wait and how full the KV cache is, which is
 what tells a running-request cap (the story's `--max-running-requests 64`) from a full
-cache or a slow step. Both name styles map to the same fields:
+cache or a slow step. Both name styles map to the same fields (newest name first; an older
+one is read only when the newer is absent, never added to it, since the versions that
+carry both report the same value under each):
 
 | field | SGLang | vLLM |
 |---|---|---|
-| running | sglang:num_running_reqs | vllm:num_requests_running |
-| queued | sglang:num_queue_reqs | vllm:num_requests_waiting |
-| kv_usage (0-1) | sglang:token_usage | vllm:kv_cache_usage_perc (older: gpu_cache_usage_perc) |
-| gen_throughput (tok/s) | sglang:gen_throughput | vllm:generation_tokens_total, per s |
-| prompt_tokens_total | sglang:prompt_tokens_total | vllm:prompt_tokens_total |
-| generation_tokens_total | sglang:generation_tokens_total | vllm:generation_tokens_total |
-| prefix_queries_total | sglang:prompt_tokens_total | vllm:prefix_cache_queries_total |
-| prefix_hits_total | sglang:cached_tokens_total | vllm:prefix_cache_hits_total |
+| running | num_running_reqs (0.3.4: num_requests_running) | num_requests_running |
+| queued | num_queue_reqs (0.3.4: num_requests_waiting) | num_requests_waiting |
+| kv_usage (0-1) | token_usage | kv_cache_usage_perc (before 0.9.2: gpu_cache_usage_perc) |
+| gen_throughput (tok/s) | gen_throughput | generation_tokens_total, per s |
+| prompt_tokens_total | prompt_tokens_total | prompt_tokens_total |
+| generation_tokens_total | generation_tokens_total | generation_tokens_total |
+| prefix_queries_total | prompt_tokens_total | prefix_cache_queries_total (gpu_prefix_...) |
+| prefix_hits_total | cached_tokens_total | prefix_cache_hits_total (gpu_prefix_...) |
+
+(each name with its engine's prefix, `sglang:` or `vllm:`). Where the names changed:
+vLLM 0.9.2 added kv_cache_usage_perc and prefix_cache_queries/hits beside the gpu_ names
+(PR 18354), hid the gpu_ ones in 0.11 (PR 24245) and removed them (PR 29330). V0's
+num_requests_swapped and gpu_prefix_cache_hit_rate gauge (deprecated in 0.8, hidden in 0.9:
+PRs 14136, 15458) are kept in the raw rows only: swapped requests neither run nor wait, as
+vLLM's own log line keeps them apart, and a hit-rate gauge has no counts to difference.
+Before 0.9 (PR 18003) the prefix counters counted blocks, not tokens: their ratio is the
+same. SGLang 0.3.4 (its metrics_collector.py, Oct 2024) said num_requests_running and
+num_requests_waiting; collector.py renamed them late in 2024 and later added
+cached_tokens_total. tests/fixtures/engine_metrics/README.md cites each source.
 
 The prefix cache's counters are in tokens on both engines: vLLM counts the prompt tokens it
 looked up and those it found; SGLang counts every prompt token and the cached ones among
 them. A level's hit rate is the ratio of the two counters' growth over the level.
 
-Several label sets (data-parallel ranks, vLLM engines) are summed, KV usage averaged.
+Pages in other shapes read the same. A gateway or an OpenTelemetry bridge that rewrites
+`vllm:num_requests_running` as `vllm_num_requests_running` (Ray's exporter as
+`ray_vllm:...`) is read under the engine's own name; a family declared by HELP/TYPE with no
+sample leaves its field None, except a counter, which counts 0 (prometheus_client declares
+a labelled counter before its first increment: SGLang's cached tokens before the first
+hit); federation's timestamps are ignored.
+
+Several label sets of one family are summed (KV usage: averaged) when they are different
+workers, and a worker's copies count once (`_one_per_series`):
+- labels that differ in value name different workers: vLLM's `engine`, SGLang's
+  `dp_rank` and `tp_rank`, a gateway's `worker_addr`, a federation's `instance`;
+- `job`, `prometheus`, `prometheus_replica` and `replica` only say who copied the series,
+  so rows differing in nothing else are one series (the larger value: a lagging copy of a
+  counter is behind, never ahead);
+- a row whose labels all appear, with others, in another row is dropped: the page repeats
+  it in that finer-labelled view, which alone counts (the engine's own rows beside a
+  federation's copies of them with `instance` and `job` added; a gateway's total beside
+  its per-`worker_addr` rows).
+SGLang's tp ranks are summed because by default only the first rank of each attention-TP
+group reports; with `--enable-metrics-for-all-schedulers` and plain TP every rank reports
+the same batch, which this sums once per rank.
 
 The scraper is a thread with urllib, not a task on the load generator's event loop, and it
 drops every line of families it does not know before parsing, so a large /metrics costs
@@ -33,7 +66,8 @@ loopback, on a two-core machine that was running a test suite beside it: 3.7 ms 
 1.9% of one core in the client and 2.6% in the server; at 1 Hz 0.5% and 0.4%; at 50 Hz 8%
 and 11%, too much to hide beside a load generator. 10 Hz gives a two-second level about 20
 samples for 2-3% of a core on each side; the scrape's own wall time stays far under the
-interval.
+interval. Reading exported names and telling copies apart took parsing a 30 KB page from
+0.45 to 0.65 ms (best of 15 runs, same machine).
 
 An engine without /metrics (transformers serve; SGLang without
 --enable-metrics) answers 404 or refuses the first scrape: the scraper then stops and
@@ -43,10 +77,10 @@ records why, and the summary's engine columns say n/a.
 from __future__ import annotations
 
 import http.client
+import re
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -62,12 +96,15 @@ __all__ = [
     "DEFAULT_SCRAPE_TIMEOUT_S",
     "SCRAPE_MAX_DUTY",
     "SCRAPE_MAX_INTERVAL_S",
+    "EngineName",
     "EngineSample",
     "EngineTrace",
     "MetricsScraper",
     "ParsedMetrics",
+    "guess_engine",
     "metrics_url",
     "parse_metrics",
+    "sample_from_text",
 ]
 
 DEFAULT_SCRAPE_INTERVAL_S = 0.1
@@ -80,19 +117,36 @@ SCRAPE_MAX_INTERVAL_S = 1.0
 samples its engine counts need."""
 DEFAULT_SCRAPE_TIMEOUT_S = 2.0
 
-_FIELDS: dict[str, tuple[str, ...]] = {
-    "running": ("sglang:num_running_reqs", "vllm:num_requests_running"),
-    "queued": ("sglang:num_queue_reqs", "vllm:num_requests_waiting"),
-    "kv_usage": ("sglang:token_usage", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    "gen_throughput": ("sglang:gen_throughput",),
-    "prompt_tokens_total": ("sglang:prompt_tokens_total", "vllm:prompt_tokens_total"),
-    "generation_tokens_total": (
-        "sglang:generation_tokens_total",
-        "vllm:generation_tokens_total",
-    ),
-    "prefix_queries_total": ("vllm:prefix_cache_queries_total", "sglang:prompt_tokens_total"),
-    "prefix_hits_total": ("vllm:prefix_cache_hits_total", "sglang:cached_tokens_total"),
+EngineName = Literal["sglang", "vllm"]
+_ENGINES: tuple[EngineName, ...] = ("sglang", "vllm")
+"""Ties go to the first: a page naming both engines equally often is read as SGLang's."""
+
+_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "sglang": {
+        "running": ("sglang:num_running_reqs", "sglang:num_requests_running"),
+        "queued": ("sglang:num_queue_reqs", "sglang:num_requests_waiting"),
+        "kv_usage": ("sglang:token_usage",),
+        "gen_throughput": ("sglang:gen_throughput",),
+        "prompt_tokens_total": ("sglang:prompt_tokens_total",),
+        "generation_tokens_total": ("sglang:generation_tokens_total",),
+        "prefix_queries_total": ("sglang:prompt_tokens_total",),
+        "prefix_hits_total": ("sglang:cached_tokens_total",),
+    },
+    "vllm": {
+        "running": ("vllm:num_requests_running",),
+        "queued": ("vllm:num_requests_waiting",),
+        "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        "gen_throughput": (),
+        "prompt_tokens_total": ("vllm:prompt_tokens_total",),
+        "generation_tokens_total": ("vllm:generation_tokens_total",),
+        "prefix_queries_total": (
+            "vllm:prefix_cache_queries_total",
+            "vllm:gpu_prefix_cache_queries_total",
+        ),
+        "prefix_hits_total": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    },
 }
+"""Each engine's names of each field, newest first: see the module docstring's table."""
 _AVERAGED = frozenset({"kv_usage"})
 
 # Kept in the rows beside the mapped ones: capacity, cache and preemption context.
@@ -103,16 +157,31 @@ _RAW_ONLY = (
     "sglang:num_requests_total",
     "vllm:num_preemptions_total",
     "vllm:request_success_total",
+    "vllm:num_requests_swapped",
+    "vllm:gpu_prefix_cache_hit_rate",
 )
 _CACHE_CONFIG = "vllm:cache_config_info"
 """vLLM's cache settings as labels of one gauge: its block size and whether prefix caching
 is on, as the engine resolved them. Read into the sample, not kept in the raw rows (its
 labels are long, and they do not change while the engine runs)."""
 _KNOWN_SAMPLES = frozenset(
-    [*(name for names in _FIELDS.values() for name in names), *_RAW_ONLY, _CACHE_CONFIG]
+    [
+        *(name for fields in _NAMES.values() for names in fields.values() for name in names),
+        *_RAW_ONLY,
+        _CACHE_CONFIG,
+    ]
 )
 # Family names as HELP/TYPE lines may write them (counters with or without _total).
 _KNOWN_FAMILIES = _KNOWN_SAMPLES | {name.removesuffix("_total") for name in _KNOWN_SAMPLES}
+
+_COPY_LABELS = frozenset({"job", "prometheus", "prometheus_replica", "replica"})
+"""Labels that say which scrape job or which Prometheus copied a series, not whose it is."""
+_EXPORTED_NAME = re.compile(
+    r"^(# (?:HELP|TYPE) )?(?:ray_(sglang|vllm)[:_]|(sglang|vllm)_)", re.MULTILINE
+)
+"""A name as an exporter may write it, to be read under the engine's own: `vllm_x` (as
+OpenTelemetry bridges and some gateways write it) and `ray_vllm:x` (Ray's metrics agent) are
+`vllm:x`. Only such names match, so an engine's own page costs one pass of the regex."""
 
 # HTTP answers that mean "this server has no /metrics" rather than "not now".
 _NO_METRICS_STATUS = frozenset({400, 401, 403, 404, 405, 410, 501})
@@ -124,10 +193,14 @@ Labels = dict[str, str]
 
 @dataclass(frozen=True)
 class ParsedMetrics:
-    """The known families of one scrape: `engine` is 'sglang', 'vllm' or None (neither)."""
+    """The known families of one scrape: `engine` is the engine the page names most
+    ('sglang', 'vllm') or None (neither); `engines` every engine it names at all."""
 
     engine: str | None
     raw: dict[str, list[tuple[Labels, float]]]
+    unincremented: frozenset[str] = frozenset()
+    """Counters declared by HELP/TYPE with no sample yet: they count 0."""
+    engines: frozenset[str] = frozenset()
 
     def cache_config(self) -> tuple[int | None, bool | None]:
         """The block size and prefix caching vLLM reports in its cache_config_info."""
@@ -141,13 +214,16 @@ class ParsedMetrics:
         )
 
     def value(self, name: str) -> float | None:
-        """The field's value: summed over label sets (averaged for KV usage); None if absent."""
-        for sample_name in _FIELDS[name]:
-            values = [value for _, value in self.raw.get(sample_name, [])]
-            if values:
+        """The field's value under the newest name present: summed over distinct series
+        (averaged for KV usage); 0 for a counter only declared; None if absent."""
+        names = _NAMES[self.engine][name] if self.engine in _NAMES else ()
+        for sample_name in names:
+            rows = self.raw.get(sample_name)
+            if rows:
+                values = _one_per_series(rows)
                 total = sum(values)
                 return total / len(values) if name in _AVERAGED else total
-        return None
+        return 0.0 if self.unincremented.intersection(names) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,38 +272,106 @@ def metrics_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-def _known_lines(text: str) -> Iterable[str]:
-    """The lines of known families only: parsing every histogram would be wasted work."""
-    for line in text.splitlines():
-        if line.startswith("#"):
-            words = line.split(maxsplit=3)
-            if len(words) >= 3 and words[1] in ("HELP", "TYPE") and words[2] in _KNOWN_FAMILIES:
-                yield line
-        else:
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-            if name in _KNOWN_SAMPLES:
-                yield line
-
-
 def parse_metrics(text: str) -> ParsedMetrics:
     """Parse Prometheus text, keeping the families this module knows, with their labels."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    known, occurrences = _scan(text)
     raw: dict[str, list[tuple[Labels, float]]] = {}
-    engines: set[str] = set()
-    known = "\n".join(_known_lines(text)) + "\n"
+    declared: set[str] = set()
     for family in text_string_to_metric_families(known):
-        engines.add(family.name.split(":", 1)[0])
-        declared = f"{family.name}_total"
-        if family.type == "counter" and not family.samples and declared in _KNOWN_SAMPLES:
-            # A labelled counter is declared before its first increment (SGLang's cached
-            # tokens until the first hit): it counts nothing yet, which is 0, not unknown.
-            raw[declared] = [({}, 0.0)]
+        counted = f"{family.name}_total"
+        if family.type == "counter" and not family.samples and counted in _KNOWN_SAMPLES:
+            declared.add(counted)
         for sample in family.samples:
             if sample.name in _KNOWN_SAMPLES:
                 raw.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
-    engine = "sglang" if "sglang" in engines else "vllm" if "vllm" in engines else None
-    return ParsedMetrics(engine=engine, raw=raw)
+    return ParsedMetrics(
+        engine=_likeliest(occurrences),
+        raw=raw,
+        unincremented=frozenset(declared - raw.keys()),
+        engines=frozenset(engine for engine in _ENGINES if occurrences[engine]),
+    )
+
+
+def sample_from_text(
+    text: str, *, t_ns: int = 0, engine: EngineName | None = None
+) -> EngineSample | None:
+    """A saved /metrics page read as the scraper reads a live one; None if it carries no
+    engine's names (or none of `engine`'s, when given).
+
+    `engine` reads a page carrying both engines' names (a gateway in front of both) as
+    that engine's. vLLM's gen_throughput stays None: from its counter alone a rate needs
+    two pages.
+    """
+    parsed = parse_metrics(text)
+    if engine is not None:
+        if engine not in parsed.engines:
+            return None
+        parsed = replace(parsed, engine=engine)
+    if parsed.engine is None:
+        return None
+    return _sample(parsed, t_ns)
+
+
+def guess_engine(text: str) -> EngineName | None:
+    """Which engine's /metrics the text looks like: the one whose prefix (`vllm:`,
+    `sglang:`, in any shape the module docstring lists) it names most; None for neither."""
+    return _likeliest(_scan(text)[1])
+
+
+def _sample(parsed: ParsedMetrics, t_ns: int) -> EngineSample:
+    block_tokens, prefix_caching = parsed.cache_config()
+    return EngineSample(
+        t_ns=t_ns,
+        engine=parsed.engine,
+        running=parsed.value("running"),
+        queued=parsed.value("queued"),
+        kv_usage=parsed.value("kv_usage"),
+        gen_throughput=parsed.value("gen_throughput"),
+        prompt_tokens_total=parsed.value("prompt_tokens_total"),
+        generation_tokens_total=parsed.value("generation_tokens_total"),
+        prefix_queries_total=parsed.value("prefix_queries_total"),
+        prefix_hits_total=parsed.value("prefix_hits_total"),
+        block_tokens=block_tokens,
+        prefix_caching=prefix_caching,
+    )
+
+
+def _scan(text: str) -> tuple[str, dict[str, int]]:
+    """The lines of known families only, under the engine's own names (parsing every
+    histogram would be wasted work), and how often each engine's prefix occurs."""
+    text = _EXPORTED_NAME.sub(_engines_own, text)
+    known: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            words = line.split(maxsplit=3)
+            if len(words) >= 3 and words[1] in ("HELP", "TYPE") and words[2] in _KNOWN_FAMILIES:
+                known.append(line)
+        elif line.split("{", 1)[0].split(" ", 1)[0] in _KNOWN_SAMPLES:
+            known.append(line)
+    return "\n".join(known) + "\n", {engine: text.count(f"{engine}:") for engine in _ENGINES}
+
+
+def _engines_own(match: re.Match[str]) -> str:
+    return f"{match[1] or ''}{match[2] or match[3]}:"
+
+
+def _likeliest(occurrences: dict[str, int]) -> EngineName | None:
+    """The engine whose prefix occurs most, None if neither does."""
+    engine = max(_ENGINES, key=lambda name: occurrences[name])
+    return engine if occurrences[engine] else None
+
+
+def _one_per_series(rows: list[tuple[Labels, float]]) -> list[float]:
+    """One value per distinct series of a family, by the rules of the module docstring:
+    copier labels set aside, equal label sets are one series (the larger value), and a
+    label set that another extends is repeated in that finer view."""
+    merged: dict[frozenset[tuple[str, str]], float] = {}
+    for labels, value in rows:
+        key = frozenset(item for item in labels.items() if item[0] not in _COPY_LABELS)
+        merged[key] = max(value, merged.get(key, value))
+    return [value for key, value in merged.items() if not any(key < other for other in merged)]
 
 
 class MetricsScraper:
@@ -305,21 +449,7 @@ class MetricsScraper:
         t_recv = now_ns()
         parsed = parse_metrics(body.decode("utf-8", errors="replace"))
         t_ns = (t_send + t_recv) // 2
-        block_tokens, prefix_caching = parsed.cache_config()
-        sample = EngineSample(
-            t_ns=t_ns,
-            engine=parsed.engine,
-            running=parsed.value("running"),
-            queued=parsed.value("queued"),
-            kv_usage=parsed.value("kv_usage"),
-            gen_throughput=parsed.value("gen_throughput"),
-            prompt_tokens_total=parsed.value("prompt_tokens_total"),
-            generation_tokens_total=parsed.value("generation_tokens_total"),
-            prefix_queries_total=parsed.value("prefix_queries_total"),
-            prefix_hits_total=parsed.value("prefix_hits_total"),
-            block_tokens=block_tokens,
-            prefix_caching=prefix_caching,
-        )
+        sample = _sample(parsed, t_ns)
         if sample.gen_throughput is None and sample.generation_tokens_total is not None:
             sample = _with_derived_throughput(sample, self._previous_tokens)
         if sample.generation_tokens_total is not None:

@@ -135,6 +135,12 @@ class EngineLevel(BaseModel):
         default=None, description="Prompt tokens the prefix cache held over the level."
     )
 
+    prefill_tokens_max: float | None = Field(
+        default=None,
+        description="The largest prefill batch the engine logged in the level: prompt tokens "
+        "computed in one step (SGLang's Prefill line `#new-token`).",
+    )
+    prefill_batches: int = Field(default=0, description="Prefill lines logged in the level.")
     block_tokens: int | None = Field(
         default=None, description="The KV cache's block size, as the engine reports it."
     )
@@ -455,6 +461,11 @@ def _with_log(level: EngineLevel, log: EngineTrace, t0: int, t1: int) -> EngineL
     inside = _window(log.samples, t0, t1)
     if not inside:
         return level
+    prefills = [s.prefill_tokens for s in inside if s.prefill_tokens is not None]
+    if prefills:
+        level = level.model_copy(
+            update={"prefill_tokens_max": max(prefills), "prefill_batches": len(prefills)}
+        )
     if len(inside) < MIN_ENGINE_SAMPLES:
         short = too_few_samples(len(inside), "the engine log's stats lines")
         update: dict[str, object] = {"log_samples": len(inside)}

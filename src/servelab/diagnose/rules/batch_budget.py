@@ -168,7 +168,7 @@ def rule(facts: RunFacts) -> list[Finding]:
     tally = Tally()
     tally.add("sweep", _WEIGHTS["sweep"], [e for r in about for e in _sweep_evidence(light, r)])
     tally.add("config", _WEIGHTS["config"], _config_evidence(conf.value, conf.source, target))
-    queued = _queued(about)
+    queued = _queued(about) + _full_prefills(about, budget)
     tally.add("metrics", _WEIGHTS["metrics"], queued)
     for r in reads:
         if r.why_not is not None:
@@ -485,6 +485,26 @@ def _queued(about: list[_Reading]) -> list[Evidence]:
                 value=fmt(engine.queued_mean or 0.0),
                 unit="requests",
                 source=f"engine metrics ({engine.engine}) level {r.level.level}",
+            )
+        )
+    return found
+
+
+def _full_prefills(about: list[_Reading], budget: int) -> list[Evidence]:
+    """The engine's own Prefill lines: batches that reached the budget, so prompts were cut
+    to fit it (evidence beside the queue, not a gate)."""
+    found = []
+    for r in about:
+        engine = r.level.engine
+        largest = engine.prefill_tokens_max if engine is not None else None
+        if engine is None or largest is None or largest < budget:
+            continue
+        found.append(
+            Evidence(
+                what=f"largest prefill batch at {r.level.label} ({engine.prefill_batches} logged)",
+                value=fmt(largest),
+                unit=f"tokens, the budget {budget:,}",
+                source=f"engine log Prefill lines level {r.level.level}",
             )
         )
     return found

@@ -36,7 +36,14 @@ from servelab.diagnose.signals import degraded_links, fmt
 from servelab.diagnose.trace_evidence import comm_evidence
 from servelab.engines.signatures import EventKind
 
-__all__ = ["COMM_SHARE", "COMM_WARNING_SHARE", "SPIN_POWER_PCT", "SPIN_UTIL_PCT", "rule"]
+__all__ = [
+    "COMM_SHARE",
+    "COMM_WARNING_SHARE",
+    "SPIN_POWER_PCT",
+    "SPIN_UTIL_PCT",
+    "engine_slow_paths",
+    "rule",
+]
 
 COMM_SHARE = 0.3
 """Communication at least this share of the model's step: worth a finding (info)."""
@@ -75,6 +82,9 @@ def rule(facts: RunFacts) -> list[Finding]:
         tally.add("model", _WEIGHTS["model"], _model_evidence(low, share))
     links = degraded_links(facts)
     tally.add("probe", _WEIGHTS["probe"], links)
+    slow_paths = engine_slow_paths(facts)
+    tally.add("engine paths", _WEIGHTS["probe"], slow_paths)
+    links = links + [e for e in slow_paths if e.what in _LINK_WORDS]
     ratio = low.ratio
     if ratio is not None and (share or 0) >= COMM_SHARE and ratio < OVERHEAD_RATIO:
         tally.add("measured", _WEIGHTS["measured"], [_ratio(low, ratio, "at the ceiling")])
@@ -94,7 +104,7 @@ def rule(facts: RunFacts) -> list[Finding]:
         ],
     )
     tally.add("trace", _WEIGHTS["trace"], comm_evidence(facts.traces))
-    if not tally.count("model", "probe", "trace"):
+    if not tally.count("model", "probe", "trace", "engine paths"):
         return []
     measured_share = _measured_share(low, share)
     if measured_share is not None:
@@ -142,6 +152,48 @@ def rule(facts: RunFacts) -> list[Finding]:
             impact=min(1.0, measured_share) if measured_share is not None else 0.3,
         )
     ]
+
+
+def engine_slow_paths(facts: RunFacts) -> list[Evidence]:
+    """What the engine's own log says of its collectives' path, beside the probe's P2P
+    verdict: custom all-reduce turned off (every small all-reduce then goes through NCCL,
+    slower at the few kilobytes of a decode step, whatever the reason), and NCCL carrying
+    a channel between GPUs of this box through shared memory (SHM is only ever used
+    inside one host) rather than P2P. Where either says the GPUs have no P2P path, the
+    links are degraded, as the probe's verdict would say."""
+    out = []
+    for event in facts.events_of(EventKind.CUSTOM_ALLREDUCE_OFF):
+        reason = str(event.fields.get("reason") or event.text[:160])
+        out.append(
+            Evidence(
+                what=_NO_P2P if reason in _NO_P2P_REASONS else "custom all-reduce off",
+                value=reason,
+                source=f"engine.log line {event.line_no}",
+            )
+        )
+    staged = [
+        event
+        for event in facts.events_of(EventKind.NCCL_TRANSPORT)
+        if event.fields.get("transport") == "SHM"
+    ]
+    if staged:
+        kinds = sorted({str(e.fields.get("via") or "SHM") for e in staged})
+        out.append(
+            Evidence(
+                what=_SHM,
+                value=f"{sum(e.count for e in staged)} channel lines via {', '.join(kinds)}",
+                source=f"engine.log line {staged[0].line_no} (NCCL_DEBUG=INFO)",
+            )
+        )
+    return out
+
+
+_NO_P2P = "custom all-reduce off: no P2P between the GPUs"
+_SHM = "NCCL channels between GPUs of this box through shared memory, not P2P"
+_LINK_WORDS = frozenset({_NO_P2P, _SHM})
+_NO_P2P_REASONS = frozenset({"no p2p", "pcie more than two"})
+"""Custom all-reduce's reasons that are about the links (vLLM and SGLang's
+custom_all_reduce.py): no P2P, or PCIe-only GPUs past two."""
 
 
 def _share(lv: LevelFacts) -> float | None:

@@ -31,6 +31,8 @@ LOAD_GROWTH = 2.0
 """The failure share at the highest load this many times the lowest's: load-related."""
 
 _FATAL_EVENTS = (
+    EventKind.ENGINE_HANG,
+    EventKind.KV_SIZE_NEGATIVE,
     EventKind.OUT_OF_MEMORY,
     EventKind.KV_CACHE_SIZING_FAILED,
     EventKind.ENGINE_ERROR,
@@ -42,7 +44,7 @@ _FATAL_EVENTS = (
 def rule(facts: RunFacts) -> list[Finding]:
     failing = [lv for lv in facts.levels if (lv.summary.failed or 0) > 0]
     if not failing:
-        return []
+        return _hung(facts)
     shares = {lv.level: _share(lv) for lv in facts.levels}
     worst = max(failing, key=lambda lv: shares[lv.level])
     worst_share = shares[worst.level]
@@ -93,6 +95,48 @@ def rule(facts: RunFacts) -> list[Finding]:
             missing=missing,
             levels=[lv.level for lv in failing],
             impact=min(1.0, worst_share),
+        )
+    ]
+
+
+def _hung(facts: RunFacts) -> list[Finding]:
+    """A hang the engine's log reports as an error (SGLang's watchdog, vLLM's engine core
+    not answering; not a soft watchdog's dump or a slow broadcast, which it survives) where
+    no request failed: the requests in flight waited it out, so the levels around it
+    measured the stall."""
+    hangs = [e for e in facts.events_of(EventKind.ENGINE_HANG) if e.severity == "error"]
+    if not hangs:
+        return []
+    first = hangs[0]
+    what = str(first.fields.get("what") or "the engine")
+    return [
+        Finding(
+            kind=FindingKind.ERRORS,
+            title=f"the engine hung ({what}, {sum(e.count for e in hangs)}x in its log)",
+            severity=Severity.CRITICAL,
+            confidence=0.8,
+            evidence=[
+                Evidence(
+                    what=event.kind.value,
+                    value=event.text[:200],
+                    source=f"engine.log line {event.line_no} (x{event.count})",
+                )
+                for event in hangs
+            ],
+            explanation=(
+                "The engine's own watchdog says a step did not finish in its time: every "
+                "request in flight waited for it, so the latencies around it measured the "
+                "stall, not the engine's speed."
+            ),
+            actions=[
+                text_action(
+                    "read the engine's log before the hang (a collective waiting on a peer, a "
+                    "rank that died, a kernel that never returned); raise the watchdog's "
+                    "timeout only where the step was slow rather than stuck"
+                )
+            ],
+            levels=[lv.level for lv in facts.levels],
+            impact=1.0,
         )
     ]
 

@@ -16,16 +16,20 @@ Line shapes, from NCCL's sources (github.com/NVIDIA/nccl, 2.18-2.30):
 - src/transport/net.cc: "Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0", with
   "/GDRDMA" and "/Shared" suffixes; coll_net.cc: "... [send] via COLLNET/<name>/0"
 - src/transport/generic.cc: "Connected all rings, use ring PXN 0 GDR 1"
+
+`parse_connection` reads one "Channel ... via ..." line; an engine's log signatures use it
+too (`nccl_transport` events), so the probe and the engine log read transports alike.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from servelab.probe.comm.results import NcclSetup
 
-__all__ = ["parse_nccl_log", "transport_kind"]
+__all__ = ["NcclConnection", "parse_connection", "parse_nccl_log", "transport_kind"]
 
 _MAX_LINES = 12
 _MAX_WARNINGS = 10
@@ -34,11 +38,47 @@ _INFO = re.compile(r"NCCL INFO (?P<message>.*)$")
 _WARN = re.compile(r"NCCL WARN ")
 _VERSION = re.compile(r"NCCL version (?P<version>\S+)")
 _NETWORK = re.compile(r"^Using network (?P<network>.+?)\s*$")
-_VIA = re.compile(r"^(?:Channel|CollNet) .* via (?P<via>.+?)\s*$")
+# "Channel 00/0 : 0[0] -> 1[1] [send] via ..." (shm.cc has no "/0"); coll_net.cc's
+# "CollNet 00/0 : 0 [send] via ..." names no peer.
+_CONNECTION = re.compile(
+    r"^(?:Channel|CollNet) (?P<channel>\d+)(?:/\d+)? : (?P<from_rank>\d+)(?:\[\d+\])?"
+    r"(?: -> (?P<to_rank>\d+)\[\d+\])?.*? via (?P<via>.+?)\s*$"
+)
 _RINGS = re.compile(r"^Connected all rings")
 
 # The second part of a P2P path, as p2p.cc writes it -> the name we report.
 _P2P_KINDS = {"direct pointer": "direct", "indirect": "indirect"}
+
+
+@dataclass(frozen=True)
+class NcclConnection:
+    """One connection NCCL set up: a channel from a rank to a peer (none for CollNet)."""
+
+    channel: int
+    from_rank: int
+    to_rank: int | None
+    via: str
+    """The path as NCCL printed it: "P2P/CUMEM/read", "SHM/direct/direct", "NET/IB/0/GDRDMA"."""
+
+    @property
+    def transport(self) -> str:
+        """The transport alone: "P2P", "SHM", "NET" or "COLLNET"."""
+        return self.via.partition("/")[0]
+
+
+def parse_connection(line: str) -> NcclConnection | None:
+    """The connection an NCCL INFO line (or its message alone) sets up; None for another line."""
+    info = _INFO.search(line)
+    match = _CONNECTION.match(info.group("message") if info else line)
+    if match is None:
+        return None
+    to_rank = match.group("to_rank")
+    return NcclConnection(
+        channel=int(match.group("channel")),
+        from_rank=int(match.group("from_rank")),
+        to_rank=int(to_rank) if to_rank is not None else None,
+        via=match.group("via"),
+    )
 
 
 def parse_nccl_log(lines: Iterable[str]) -> NcclSetup:
@@ -63,8 +103,8 @@ def parse_nccl_log(lines: Iterable[str]) -> NcclSetup:
         if (network := _NETWORK.match(message)) and setup.network is None:
             setup.network = network.group("network")
             _keep(setup, line)
-        elif via := _VIA.match(message):
-            path = via.group("via")
+        elif connection := parse_connection(message):
+            path = connection.via
             kind = transport_kind(path)
             if kind not in setup.transports:
                 setup.transports.append(kind)
