@@ -243,7 +243,7 @@ def test_a_folder_gives_one_summary_per_trace_file(tmp_path: Path):
         (b'{"displayTimeUnit": "ms"}', "holds no trace events"),
         (b"", "is empty"),
         (b"   \n", "is empty"),
-        (gzip.compress(b"not json"), "is not a JSON trace"),
+        (gzip.compress(b"not json", mtime=0), "is not a JSON trace"),
         (b"\x1f\x8b\x08\x00garbage", "is not a readable trace"),
         (b'{"traceEvents": [{"ph": "M", "name": "thread_name", "args": {}}]}', "no complete"),
     ],
