@@ -228,3 +228,19 @@ def test_an_engine_s_own_clock_is_kept_in_the_text_but_names_no_zone():
 
     assert event.text == line
     assert event.t_unix is None
+
+
+def test_what_the_log_says_after_servelab_stops_the_engine_is_its_shutdown():
+    """vLLM's API server reports its engine core dead as a stop takes it down: a line read
+    after the stop is counted, not an event of the run."""
+    dead = (
+        "(APIServer pid=1) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered "
+        "an issue. See stack trace (above) for the root cause."
+    )
+    serving = SignatureMatcher("vllm")
+    assert [e.kind.value for e in serving.feed(dead)] == ["engine_error"]
+    stopped = SignatureMatcher("vllm")
+    stopped.stopping()
+    assert stopped.feed(dead) == []
+    scan = stopped.summary()
+    assert scan.events == [] and scan.after_stop == 1

@@ -96,7 +96,7 @@ def bench_engine(
         if watched is not None:
             if watched.engine.process.poll() is None:
                 on_event(Notice("stopping the engine"))
-            watched.engine.stop()
+            watched.stop()
             save_engine_events(run_dir, watched, died)
         run_dir.close()
 

@@ -118,6 +118,11 @@ class LogScan(BaseModel):
     exit: EngineExit | None = Field(
         default=None, description="Set when the engine died during the run."
     )
+    after_stop: int = Field(
+        default=0,
+        description="Messages matched after servelab asked the engine to stop: its shutdown, "
+        "not events of the run.",
+    )
 
 
 class SignatureMatcher:
@@ -144,6 +149,14 @@ class SignatureMatcher:
         self._by_key: dict[tuple[str, str], LogEvent] = {}
         self._stored: Counter[EventKind] = Counter()
         self._counts: Counter[EventKind] = Counter()
+        self._stopping = False
+        self._after_stop = 0
+
+    def stopping(self) -> None:
+        """servelab asked the engine to stop: what its log says from here on is its
+        shutdown (vLLM's API server reports its engine core dead as it goes), counted in
+        `after_stop` and not taken as events of the run."""
+        self._stopping = True
 
     @property
     def events(self) -> list[LogEvent]:
@@ -186,6 +199,9 @@ class SignatureMatcher:
             if match is None:
                 continue
             matched.add(sig.kind)
+            if self._stopping:
+                self._after_stop += 1
+                continue
             event = self._record(sig, match, t_unix, t_mono_ns)
             if event is not None:
                 new.append(event)
@@ -194,7 +210,13 @@ class SignatureMatcher:
     def summary(self) -> LogScan:
         """A snapshot of the events and counts so far, as one model to store."""
         events = [event.model_copy() for event in self._events]
-        return LogScan(engine=self.engine, lines=self._lines, events=events, counts=self.counts)
+        return LogScan(
+            engine=self.engine,
+            lines=self._lines,
+            events=events,
+            counts=self.counts,
+            after_stop=self._after_stop,
+        )
 
     def _record(
         self,

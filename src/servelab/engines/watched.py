@@ -38,6 +38,12 @@ class WatchedEngine:
     matcher: SignatureMatcher | None
     log_stats: LogStats | None = None
 
+    def stop(self) -> None:
+        """Stop the engine; its log from here on is its shutdown, not the run's events."""
+        if self.matcher is not None:
+            self.matcher.stopping()
+        self.engine.stop()
+
     def scan(self) -> LogScan | None:
         """What its log said so far; None for an engine without signatures."""
         return self.matcher.summary() if self.matcher is not None else None
