@@ -3,17 +3,19 @@
 import re
 from pathlib import Path
 
+from servelab.bench.cost_results import LevelCost, Price
 from servelab.bench.results import ClientStats, LevelSummary
 
 DOC = (Path(__file__).parents[2] / "docs" / "METRICS.md").read_text()
-FIELDS = set(LevelSummary.model_fields) | set(ClientStats.model_fields)
+MODELS = (LevelSummary, ClientStats, LevelCost, Price)
+FIELDS = set().union(*(model.model_fields for model in MODELS))
 
 
 def test_every_field_is_documented_and_described():
     mentioned = set(re.findall(r"`([a-z0-9_]+)`", DOC))
     missing = sorted(FIELDS - mentioned)
     assert not missing, f"fields missing from docs/METRICS.md: {missing}"
-    for model in (LevelSummary, ClientStats):
+    for model in MODELS:
         for name, field in model.model_fields.items():
             assert field.description, f"{model.__name__}.{name} has no description"
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from servelab.bench.capacity_results import CapacityResult
+from servelab.bench.cost_results import LevelCost, Price
 from servelab.bench.prefix import PrefixCacheLevel
 from servelab.bench.turns import TurnStats
 from servelab.engines.server_info import ServerInfo
@@ -277,6 +278,13 @@ class LevelSummary(BaseModel):
         description="Cores the launched engine's processes kept busy during the level; None "
         "for an engine servelab did not launch.",
     )
+    cost: LevelCost | None = Field(
+        default=None,
+        description="USD per million tokens at the run's price, and J per token and tok/s "
+        "per MW from the sampled GPU power (bench.cost); each part None with its reason "
+        "where no price was given or no power sampled. None in runs from before it was "
+        "recorded.",
+    )
     notes: list[str] = Field(default_factory=list, description="Caveats about this level.")
 
 
@@ -352,4 +360,10 @@ class BenchSummary(BaseModel):
         default=None,
         description="`run --capacity`: the highest load that meets the SLO, and the search's "
         "levels with their verdicts; None for other sweeps.",
+    )
+    price: Price | None = Field(
+        default=None,
+        description="What the deployment costs an hour (--gpu-hour-price x its GPUs, or "
+        "--machine-hour-price), with where the price and the GPU count came from; None when "
+        "no price was given.",
     )

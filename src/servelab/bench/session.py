@@ -19,6 +19,8 @@ from servelab import __version__
 from servelab.bench.capacity import CapacityPlan, CapacitySearch
 from servelab.bench.cluster import ClusterSpec, open_cluster
 from servelab.bench.conversation import Conversation
+from servelab.bench.cost import level_cost
+from servelab.bench.cost_results import Price
 from servelab.bench.endpoint import (
     DEFAULT_STALL_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
@@ -120,6 +122,8 @@ class BenchConfig:
     already far behind the best one)."""
     cluster: ClusterSpec | None = None
     """Run the client's workers on a Ray cluster's nodes (bench.cluster), not this machine."""
+    price: Price | None = None
+    """What the deployment costs an hour: each level's tokens are priced at it (bench.cost)."""
 
 
 class LogSamples(Protocol):
@@ -394,7 +398,8 @@ class _Session:
         summary = self._with_telemetry(summary, outcome.records)
         summary = summary.model_copy(update={"turns": turn_stats(outcome.records)})
         pool = None if sessions is not None else len(items)
-        return self._with_prefix_cache(summary, outcome.records, preflight, pool=pool)
+        summary = self._with_prefix_cache(summary, outcome.records, preflight, pool=pool)
+        return summary.model_copy(update={"cost": level_cost(summary, c.price)})
 
     def _sessions(
         self, spec: LevelSpec, preflight: Preflight, counter: TokenCounter | None
@@ -540,6 +545,7 @@ class _Session:
             failure=failure,
             sweep_stop=self.stop,
             capacity=self.capacity.result() if self.capacity is not None else None,
+            price=self.config.price,
         )
         self.run_dir.write_summary(summary)
         best = max(self.levels, key=lambda s: s.output_throughput, default=None)

@@ -34,6 +34,7 @@ from servelab.telemetry.scrape import EngineSample, EngineTrace
 
 __all__ = [
     "MIN_ENGINE_SAMPLES",
+    "NO_GPUS_GIVEN",
     "EngineLevel",
     "GpuLevel",
     "GpuStats",
@@ -44,6 +45,9 @@ __all__ = [
 
 MIN_ENGINE_SAMPLES = 3
 """Samples of the engine's gauges a level needs: at /metrics' 10 Hz a level of 0.3 s."""
+
+NO_GPUS_GIVEN = "no GPUs were sampled (none given)"
+"""The reason a level has no GPU telemetry when the run was given no GPUs to sample."""
 
 EnergySource = Literal["counter", "power", "mixed"]
 
@@ -405,7 +409,7 @@ def _gpu_level(trace: GpuTrace, t0: int, t1: int, output_tokens: int | None) -> 
     if trace.reason is not None:
         return GpuLevel(available=False, reason=trace.reason)
     if not trace.gpus:
-        return GpuLevel(available=False, reason="no GPUs were sampled (none given)")
+        return GpuLevel(available=False, reason=NO_GPUS_GIVEN)
     samples, gpm, pcie = _by_gpu(trace.samples), _by_gpu(trace.gpm), _by_gpu(trace.pcie)
     stats = [
         stat
