@@ -289,7 +289,7 @@ def _scan_lines(lines: Iterable[str], *, source: str, engine: str | None) -> Eng
     if nonblank and len(exposition) >= _METRICS_SHARE * nonblank:
         return _metrics_scan(exposition, source=source, engine=engine, lines_read=count)
     matches = {reader.engine: reader.recognised for reader in readers}
-    chosen = _chosen(readers, engine)
+    chosen = _chosen(readers, engine, styles.most_common(1)[0][0] if styles else None)
     style = styles.most_common(1)[0][0] if styles else None
     scan = EngineLogScan(
         source=source,
@@ -316,11 +316,15 @@ def _scan_lines(lines: Iterable[str], *, source: str, engine: str | None) -> Eng
     return scan.model_copy(update={"looks_like": looks})
 
 
-def _chosen(readers: list[_Reader], engine: str | None) -> _Reader | None:
-    """The given engine's readers, else those that recognised the most lines (none: None)."""
+def _chosen(
+    readers: list[_Reader], engine: str | None, style: StampStyle | None
+) -> _Reader | None:
+    """The given engine's readers, else those that recognised the most lines (none: None);
+    a tie (a message both engines print word for word, as SGLang's copy of vLLM's custom
+    all-reduce) goes to the engine whose timestamp style the lines carry."""
     if engine is not None:
         return next(reader for reader in readers if reader.engine == engine)
-    best = max(readers, key=lambda reader: reader.recognised)
+    best = max(readers, key=lambda reader: (reader.recognised, reader.engine == style))
     return best if best.recognised else None
 
 
