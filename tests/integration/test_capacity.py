@@ -15,6 +15,7 @@ from servelab.bench.capacity import CapacityPlan
 from servelab.bench.load import LoadMode
 from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.workload import WorkloadSpec
+from servelab.report.cost import usd_text
 from tests.conftest import SERVELAB
 
 
@@ -55,6 +56,8 @@ def test_closed_loop_capacity_is_the_running_request_cap(start_sim, tmp_path: Pa
         "--runs-dir",
         str(tmp_path),
         "--json",
+        "--machine-hour-price",
+        "6",
     )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
@@ -75,6 +78,14 @@ def test_closed_loop_capacity_is_the_running_request_cap(start_sim, tmp_path: Pa
     headline = (out / "report.md").read_text().split("\n- ")[1]
     assert headline.startswith("✅ Capacity: 3 concurrent at TTFT p90 ")
     assert "≤ 100 ms; 4 fails (TTFT p90 " in headline
+    # what a million tokens cost at the capacity: $6 an hour over that level's own tok/s
+    held = summary["levels"][capacity["held"]["level"]]
+    usd = held["cost"]["usd_per_m_total_tokens"]
+    assert usd == pytest.approx(6 / 3600 / held["total_throughput"] * 1e6)
+    assert (
+        f"- Cost at the capacity under the SLO (concurrency 3): {usd_text(usd)} per million "
+        "total tokens" in (out / "report.md").read_text()
+    )
 
 
 @pytest.mark.timing

@@ -158,6 +158,18 @@ def _cpu_layers_hold_the_measured_step(diagnosis: dict) -> None:
         assert all(c["ms_per_token"] <= measured["ms_per_token"] for c in ceilings), point
 
 
+def test_the_demo_says_it_was_given_no_price(demo_run: DemoRun):
+    """No price, no GPU sampled: the demo says both, where the numbers would be."""
+    no_price = "no price given (--gpu-hour-price or --machine-hour-price)"
+    assert f"price: {no_price}" in demo_run.result.stdout.splitlines()
+    report = (demo_run.out / "report.md").read_text()
+    assert f"- Price: {no_price}." in report
+    assert "Energy per token: not measured: GPU power was not sampled (give --gpus)." in report
+    summary = json.loads((demo_run.out / "summary.json").read_text())
+    assert summary["price"] is None
+    assert all(lv["cost"]["usd_per_m_total_tokens"] is None for lv in summary["levels"])
+
+
 def test_run_against_an_existing_endpoint(start_sim, tmp_path: Path):
     sim = start_sim(ttft_ms=5, itl_ms=2)
     out = tmp_path / "run"
@@ -202,7 +214,10 @@ def test_run_launches_the_engine_of_a_spec(tmp_path: Path):
     )
     out = tmp_path / "run"
     result = subprocess.run(
-        [*SERVELAB, "run", "--engine", str(spec), "--concurrency", "1,2,4", "--out", str(out)],
+        [
+            *(*SERVELAB, "run", "--engine", str(spec), "--concurrency", "1,2,4"),
+            *("--out", str(out), "--gpu-hour-price", "2.5"),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -210,12 +225,20 @@ def test_run_launches_the_engine_of_a_spec(tmp_path: Path):
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["engine"]["engine"] == "sim" and summary["run"]["target"]["model"] == "capped"
+    # one GPU by the spec's layout at $2.50 an hour, each level priced from its own fields
+    price = "$2.50 an hour (1 GPU x $2.50 per GPU-hour; GPUs: the engine spec's layout (one GPU)"
+    assert f"price: {price}; servelab run --gpu-hour-price)" in result.stdout.splitlines()
+    assert summary["price"]["usd_per_hour"] == 2.5 and summary["price"]["gpus"] == 1
+    for lv in summary["levels"]:
+        usd = lv["cost"]["usd_per_m_output_tokens"]
+        assert usd == pytest.approx(2.5 / 3600 / lv["output_throughput"] * 1e6)
     assert [lv["completed"] for lv in summary["levels"]] == [16, 16, 20]
     # the simulator's /metrics, read beside the load: never more than its cap of 2 running
     running = [lv["telemetry"]["engine"]["running_max"] for lv in summary["levels"]]
     assert running[-1] == 2 and max(running) == 2
     report = (out / "report.md").read_text()
     assert "The launch command" in report and "--max-running-requests 2" in report
+    assert f"- Price: {price}" in report and "- Cost at the " in report
     assert session_left(summary["engine"]["pid"]) == []
 
 

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from servelab.bench.cost import level_cost
+from servelab.bench.cost_results import Price
 from servelab.bench.metrics import itl_ns
 from servelab.bench.prefix import PrefixCacheLevel
 from servelab.bench.records import ErrorKind, RequestRecord
@@ -233,6 +235,38 @@ def test_pareto_counts_one_gpu_when_it_is_not_told_and_says_so():
     plot = plot_of("pareto", run(levels=[level(0, 1, total_tps=800, tpot_ms=10, ttft_ms=20)]))
     assert plot.line("levels").x == (800.0,)
     assert plot.notes == ("run: the GPUs serving it are not known; counted as 1",)
+
+
+PRICE = Price(
+    basis="machine_hour",
+    usd_per_gpu_hour=None,
+    usd_per_machine_hour=36.0,
+    gpus=None,
+    gpus_source=None,
+    price_source="test",
+    usd_per_hour=36.0,
+)
+"""$36 an hour, $0.01 a second: $10 per million tokens at 1,000 tok/s."""
+
+
+def test_cost_points_are_usd_per_million_against_1000_over_tpot_cheaper_is_better():
+    levels = [
+        level(0, 1, total_tps=1000, tpot_ms=10, ttft_ms=20),  # ($10, 100)
+        level(1, 8, total_tps=4000, tpot_ms=20, ttft_ms=20),  # ($2.5, 50)
+        level(2, 16, total_tps=2000, tpot_ms=40, ttft_ms=20),  # ($5, 25): dominated
+        level(3, 32, total_tps=10000, tpot_ms=50, ttft_ms=20),  # ($1, 20)
+    ]
+    priced = [lv.model_copy(update={"cost": level_cost(lv, PRICE)}) for lv in levels]
+    plot = plot_of("cost", run(levels=priced))
+    points = plot.line("levels")
+    assert points.x == pytest.approx((1.0, 2.5, 5.0, 10.0))
+    assert points.y == pytest.approx((20.0, 50.0, 25.0, 100.0))
+    assert points.point_labels == ("32", "8", "16", "1")
+    frontier = plot.line("Pareto frontier")
+    assert frontier.x == pytest.approx((1.0, 2.5, 10.0))
+    assert frontier.y == pytest.approx((20.0, 50.0, 100.0))
+    unpriced = plot_of("cost", run(levels=levels))
+    assert unpriced.missing == "no price given (--gpu-hour-price or --machine-hour-price)"
 
 
 def test_gpu_count_must_be_positive():
@@ -471,7 +505,12 @@ def full_run(label: str = "run", levels: int = 3, per_level: int = 20) -> RunPlo
     return RunPlotInput(
         label=label,
         levels=[
-            level.model_copy(update={"prefix_cache": _cache(0.6, 0.5 - 0.04 * level.level)})
+            level.model_copy(
+                update={
+                    "prefix_cache": _cache(0.6, 0.5 - 0.04 * level.level),
+                    "cost": level_cost(level, PRICE),
+                }
+            )
             for level in sweep(*[2**i for i in range(levels)])
         ],
         records=records,

@@ -260,9 +260,13 @@ def test_results_draw_the_plots_that_have_data_and_say_which_are_not_drawn():
     absent = blocks(results, Bullets)[-1]
     lines = [text for _, text, _ in absent.items]
     assert len(lines) == len(PLOT_KEYS) - len(drawn)
-    assert lines[0].startswith("Prefix-cache hit rate by concurrency: not drawn, no prefix")
-    assert lines[1].startswith("GPU power and activity over time: not drawn, no GPU telemetry")
-    assert lines[2].startswith("Engine requests and KV cache over time: not drawn")
+    assert lines[0] == (
+        "Cost per token against interactivity: not drawn, no price given "
+        "(--gpu-hour-price or --machine-hour-price)"
+    )
+    assert lines[1].startswith("Prefix-cache hit rate by concurrency: not drawn, no prefix")
+    assert lines[2].startswith("GPU power and activity over time: not drawn, no GPU telemetry")
+    assert lines[3].startswith("Engine requests and KV cache over time: not drawn")
 
 
 def test_results_carry_the_notes_and_a_failed_runs_reason():

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from servelab.bench.attach import attached_log, bench_attached
 from servelab.bench.conversation import ConversationSpec, parse_turns
+from servelab.bench.cost import resolve_price
 from servelab.bench.endpoint import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, Api
 from servelab.bench.load import LoadMode
 from servelab.bench.profile import ProfilePlan
@@ -50,6 +51,7 @@ from servelab.core.units import parse_duration_s, parse_number_list, parse_slos
 from servelab.diagnose import DiagnoseOptions, diagnose_run
 from servelab.diagnose.check import parse_applies
 from servelab.engines.spec import load_spec
+from servelab.report.cost import cost_lines, slo_rule
 from servelab.report.diagnosis import render_diagnosis, top_finding_lines
 from servelab.report.tables import render_sweep
 
@@ -282,6 +284,9 @@ def bench(
 
             check_tokenizer(tokenizer)
         base_url = parse_url(url or "http://127.0.0.1")
+        gpus = shared.telemetry_gpus()
+        given = shared.price("servelab bench")
+        price = resolve_price(given, spec=spec, gpus=gpus) if given is not None else None
         config = BenchConfig(
             url=base_url,
             api=api,
@@ -307,13 +312,14 @@ def bench(
             runs_root=shared.runs_dir,
             command=["servelab", *sys.argv[1:]],
             applies=parse_applies(applies).label if applies is not None else None,
-            gpus=shared.telemetry_gpus(),
+            gpus=gpus,
             metrics_url=base_url if metrics else None,
             torch_profile=(
                 ProfilePlan(level=torch_profile, folder=Path(PROFILE_DIR))
                 if torch_profile is not None
                 else None
             ),
+            price=price,
         )
         attached = attached_log(engine_log.engine_log, engine_log.engine, url=url)
         with SweepView(err) as view:
@@ -328,6 +334,8 @@ def bench(
             out_console.print_json(summary.model_dump_json(by_alias=True))
         else:
             out_console.print(render_sweep(summary.levels))
+            for line in cost_lines(summary, meets=slo_rule(summary)):
+                out_console.print(escape(line), highlight=False, soft_wrap=True)
         print_failures(err, summary)
         err.print(f"results: {escape(str(outcome.run_dir))}", highlight=False)
         if spec is not None:

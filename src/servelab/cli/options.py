@@ -12,20 +12,24 @@ from urllib.parse import urlparse
 import orjson
 import typer
 
+from servelab.bench.cost_results import HourlyPrice
 from servelab.core.errors import ConfigError
 
 __all__ = [
     "AppliesFinding",
     "Duration",
     "EngineSpecPath",
+    "GpuHourPrice",
     "Gpus",
     "InputLen",
     "JsonOutput",
+    "MachineHourPrice",
     "NumRequests",
     "OutDir",
     "RunsDir",
     "ScrapeMetrics",
     "check_range",
+    "hourly_price",
     "parse_extra_body",
     "parse_headers",
     "parse_url",
@@ -81,6 +85,23 @@ Gpus = Annotated[
     typer.Option(
         help="The engine's GPUs to sample at 10 Hz while it runs (power, utilization,"
         " clocks, energy, GPM), as NVML indices or UUIDs, e.g. 0,1."
+    ),
+]
+GpuHourPrice = Annotated[
+    float | None,
+    typer.Option(
+        metavar="USD",
+        help="What one GPU costs an hour, in US dollars: each level's tokens are priced at it"
+        " times the deployment's GPUs (the engine spec's layout, else --gpus, else the GPUs"
+        " the probe found), as USD per million total and output tokens. Default: no price.",
+    ),
+]
+MachineHourPrice = Annotated[
+    float | None,
+    typer.Option(
+        metavar="USD",
+        help="Instead of --gpu-hour-price: what the whole machine costs an hour, in US"
+        " dollars, whatever its GPUs.",
     ),
 ]
 ScrapeMetrics = Annotated[
@@ -180,3 +201,21 @@ def check_range(
             bound += f" and at most {high:g}"
         shown = str(value) if isinstance(value, int) else f"{value:g}"
         raise ConfigError(f"{name} must be {bound}, got {shown}")
+
+
+def hourly_price(
+    gpu_hour: float | None, machine_hour: float | None, *, command: str
+) -> HourlyPrice | None:
+    """The price given to `command` (e.g. 'servelab bench'); None when neither option was."""
+    if gpu_hour is not None and machine_hour is not None:
+        raise ConfigError("give --gpu-hour-price or --machine-hour-price, not both")
+    if gpu_hour is None and machine_hour is None:
+        return None
+    if gpu_hour is not None:
+        check_range("--gpu-hour-price", gpu_hour, low=0, low_inclusive=False)
+        return HourlyPrice(basis="gpu_hour", usd=gpu_hour, source=f"{command} --gpu-hour-price")
+    assert machine_hour is not None
+    check_range("--machine-hour-price", machine_hour, low=0, low_inclusive=False)
+    return HourlyPrice(
+        basis="machine_hour", usd=machine_hour, source=f"{command} --machine-hour-price"
+    )

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from servelab.cli.exit_codes import handle_errors
-from servelab.cli.options import JsonOutput
+from servelab.cli.options import JsonOutput, MachineHourPrice, hourly_price
 from servelab.core.errors import ConfigError
 from servelab.report import TARGETS, is_study_dir, parse_target, write_report, write_study_report
 
@@ -50,6 +50,16 @@ def report(
     ] = None,
     target: Targets = None,
     title: Title = None,
+    gpu_hour_price: Annotated[
+        float | None,
+        typer.Option(
+            metavar="USD",
+            help="Price every run's tokens at this many US dollars per GPU-hour, over the run's"
+            " GPUs (the count its own price recorded, else its engine spec's layout, the GPUs"
+            " it sampled, or its probe's), in place of the price it ran with.",
+        ),
+    ] = None,
+    machine_hour_price: MachineHourPrice = None,
     json_output: JsonOutput = False,
 ) -> None:
     """Write report.html (one self-contained file) and report.md (+ plots/*.png).
@@ -67,14 +77,20 @@ def report(
     err = Console(stderr=True)
     with handle_errors(err):
         targets = [parse_target(t) for t in target or []]
+        price = hourly_price(gpu_hour_price, machine_hour_price, command="servelab report")
         if len(run_dirs) == 1 and is_study_dir(run_dirs[0]):
             if out is not None:
                 raise ConfigError(
                     "--out does not apply to a study: its report goes into the study folder"
                 )
+            if price is not None:
+                raise ConfigError(
+                    "a study's trials were priced as they ran",
+                    hint="to price one at another rate, report its run directory (trials/NNN)",
+                )
             files = write_study_report(run_dirs[0], title=title, targets=targets)
         else:
-            files = write_report(run_dirs, out=out, targets=targets, title=title)
+            files = write_report(run_dirs, out=out, targets=targets, title=title, price=price)
         if json_output:
             out_console.print_json(
                 data={

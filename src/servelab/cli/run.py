@@ -51,6 +51,7 @@ from servelab.pipeline.run import (
     run_pipeline,
 )
 from servelab.report import parse_target, render_capacity
+from servelab.report.cost import cost_lines, slo_rule
 from servelab.report.diagnosis import top_finding_lines
 from servelab.report.tables import render_sweep
 
@@ -237,6 +238,7 @@ def run(
             cluster=shared.cluster_spec(),
             targets=[parse_target(t) for t in target or []],
             title=title,
+            price=shared.price("servelab run"),
         )
         with SweepView(err) as view:
             result = run_pipeline(config, on_event=view)
@@ -254,6 +256,8 @@ def run(
                 out_console.print(
                     escape(found.explanation[0].upper() + found.explanation[1:]), soft_wrap=True
                 )
+            for line in cost_lines(result.summary, meets=slo_rule(result.summary)):
+                out_console.print(escape(line), highlight=False, soft_wrap=True)
         print_failures(err, result.summary)
         err.print(f"report: {escape(str(result.report.html))}", highlight=False, soft_wrap=True)
         err.print(

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servelab.bench.cluster import ClusterSpec, OnNodeLoss
+from servelab.bench.cost_results import HourlyPrice
 from servelab.cli.cluster_options import Cluster, DriverNode, NodeLoss, WorkersPerNode, cluster_spec
 from servelab.cli.option_groups import OptionGroup
-from servelab.cli.options import Gpus, RunsDir
+from servelab.cli.options import GpuHourPrice, Gpus, MachineHourPrice, RunsDir, hourly_price
 from servelab.store.rundir import DEFAULT_RUNS_DIR
 from servelab.telemetry import resolve_gpus
 
@@ -21,14 +22,16 @@ __all__ = ["SharedOptions"]
 
 @dataclass(frozen=True)
 class SharedOptions(OptionGroup):
-    """Where the load comes from (this host or a Ray cluster), which GPUs are sampled, and
-    where the run directories go."""
+    """Where the load comes from (this host or a Ray cluster), which GPUs are sampled, what
+    the deployment costs an hour, and where the run directories go."""
 
     cluster: Cluster = None
     workers_per_node: WorkersPerNode = None
     driver_node: DriverNode = True
     on_node_loss: NodeLoss = OnNodeLoss.CONTINUE
     gpus: Gpus = None
+    gpu_hour_price: GpuHourPrice = None
+    machine_hour_price: MachineHourPrice = None
     runs_dir: RunsDir = DEFAULT_RUNS_DIR
 
     def cluster_spec(self, *, workers: int | None = None) -> ClusterSpec | None:
@@ -45,3 +48,7 @@ class SharedOptions(OptionGroup):
     def telemetry_gpus(self) -> list[int]:
         """The NVML indices of --gpus; none without it."""
         return resolve_gpus(self.gpus) if self.gpus else []
+
+    def price(self, command: str) -> HourlyPrice | None:
+        """The price given to `command` (e.g. 'servelab bench'), checked; None without one."""
+        return hourly_price(self.gpu_hour_price, self.machine_hour_price, command=command)

@@ -14,6 +14,8 @@ from pathlib import Path
 from servelab.bench.attach import attached_log, save_attached_events
 from servelab.bench.capacity import DEFAULT_ATTAINMENT, DEFAULT_MAX_STEPS
 from servelab.bench.cluster import ClusterSpec
+from servelab.bench.cost import resolve_price
+from servelab.bench.cost_results import HourlyPrice
 from servelab.bench.events import BenchEvent, Notice
 from servelab.bench.load import LoadMode
 from servelab.bench.profile import ProfilePlan
@@ -119,6 +121,8 @@ class RunConfig:
     """Profile this concurrency's level with the launched engine's torch profiler."""
     cluster: ClusterSpec | None = None
     """Run the client's workers on a Ray cluster's nodes (bench.cluster)."""
+    price: HourlyPrice | None = None
+    """What the deployment costs an hour; its GPU count from the spec, `gpus` or the probe."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +164,10 @@ def run_pipeline(
         probe = run_probe(cpu_rates=config.url is None and _on_cpu(spec))
         run_dir.write_probe(probe)
         bench = _bench_config(config, name, _sweep_plan(config, spec, probe))
+        if config.price is not None:
+            launched = spec if config.url is None else None
+            price = resolve_price(config.price, spec=launched, gpus=config.gpus, probe=probe)
+            bench = replace(bench, price=price)
         if config.url is None:
             spec, bench = sized_for_load(spec, bench)
             watched = launch_watched(
@@ -249,7 +257,7 @@ def _stop(watched: WatchedEngine | None, on_event: Callable[[BenchEvent], None])
         return
     if watched.engine.process.poll() is None:
         on_event(Notice("stopping the engine"))
-    watched.engine.stop()
+    watched.stop()
 
 
 def _save_attached(

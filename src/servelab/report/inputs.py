@@ -16,10 +16,13 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from servelab.bench.cost import price_over, priced, resolve_price
+from servelab.bench.cost_results import HourlyPrice, Price
 from servelab.bench.profile_summary import load_trace_summaries
 from servelab.bench.results import BenchSummary
 from servelab.core.errors import ConfigError
 from servelab.diagnose import Diagnosis
+from servelab.engines.base import EngineSpec
 from servelab.engines.signatures import LogScan
 from servelab.probe.report import ProbeReport
 from servelab.store import (
@@ -80,14 +83,19 @@ class ReportRun:
         return 1
 
 
-def load_report_run(path: Path) -> ReportRun:
-    """Read `path`; a ConfigError where it is not a run directory or a file is not valid."""
+def load_report_run(path: Path, *, price: HourlyPrice | None = None) -> ReportRun:
+    """Read `path`; a ConfigError where it is not a run directory or a file is not valid.
+
+    Every level's cost is computed afresh from its own fields (bench.cost), at `price` where
+    given (it overrides the run's own), else at the price the run recorded, so a run from
+    before costs were recorded gets its energy per token too."""
     run, summary = open_run(path, BenchSummary, reader="report")
     notes: list[str] = []
+    probe = _optional(run, PROBE_FILE, ProbeReport, notes)
     return ReportRun(
         path=path,
-        summary=summary,
-        probe=_optional(run, PROBE_FILE, ProbeReport, notes),
+        summary=priced(summary, _price(summary, price, probe)),
+        probe=probe,
         diagnosis=_optional(run, DIAGNOSIS_FILE, Diagnosis, notes),
         twin=_optional(run, TWIN_FILE, TwinResult, notes),
         events=_optional(run, ENGINE_EVENTS_FILE, LogScan, notes),
@@ -97,6 +105,44 @@ def load_report_run(path: Path) -> ReportRun:
         traces=_traces(path, notes),
         notes=notes,
     )
+
+
+def _price(
+    summary: BenchSummary, given: HourlyPrice | None, probe: ProbeReport | None
+) -> Price | None:
+    """The run's price, or `given` over the run's GPUs: the count its own price recorded,
+    else its engine's spec, the GPUs it sampled, or its probe's."""
+    own = summary.price
+    if given is None:
+        return own
+    if own is not None and own.gpus is not None:
+        return price_over(given, own.gpus, own.gpus_source)
+    sampled = sorted(
+        {
+            stats.gpu
+            for level in summary.levels
+            if level.telemetry is not None
+            for stats in level.telemetry.gpu.gpus
+            if stats.gpu is not None
+        }
+    )
+    return resolve_price(given, spec=_spec(summary), gpus=sampled, probe=probe)
+
+
+def _spec(summary: BenchSummary) -> EngineSpec | None:
+    """The launched engine's spec as summary.json recorded it; None when none was launched."""
+    text = (summary.engine or {}).get("spec")
+    if not isinstance(text, str):
+        return None
+    import yaml
+
+    from servelab.engines.spec import parse_spec
+
+    try:
+        document = yaml.safe_load(text)
+        return parse_spec(document, source="summary.json") if isinstance(document, dict) else None
+    except (yaml.YAMLError, ConfigError):
+        return None
 
 
 def _traces(path: Path, notes: list[str]) -> list[TraceSummary]:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from servelab.bench.results import LevelSummary
+from servelab.report.cost import usd_text
 from servelab.telemetry.summary import LevelTelemetry
 
 __all__ = ["SWEEP_COLUMNS", "render_sweep", "sweep_header", "sweep_rows"]
@@ -26,6 +27,7 @@ SWEEP_COLUMNS = (
     "errors",
 )
 _SLO_COLUMNS = ("goodput req/s", "good %")
+_COST_COLUMN = "$/M total tok"
 
 
 def _ms(value: float | None) -> str:
@@ -69,11 +71,13 @@ _TELEMETRY_COLUMNS = (
 
 
 def sweep_header(levels: Sequence[LevelSummary]) -> list[str]:
-    """The table's column names: SLO and telemetry columns only where a level has them."""
+    """The table's column names: SLO, cost and telemetry columns only where a level has them."""
     mode = levels[0].load_mode if levels else "concurrency"
     header = ["concurrency" if mode == "concurrency" else "rate", *SWEEP_COLUMNS[1:]]
     if _with_slo(levels):
         header += _SLO_COLUMNS
+    if _with_cost(levels):
+        header.append(_COST_COLUMN)
     if _with_telemetry(levels):
         header += _TELEMETRY_COLUMNS
     return header
@@ -82,6 +86,7 @@ def sweep_header(levels: Sequence[LevelSummary]) -> list[str]:
 def sweep_rows(levels: Sequence[LevelSummary]) -> list[list[str]]:
     """The table's cells as text, shared by the terminal table and report.md."""
     with_slo, with_telemetry = _with_slo(levels), _with_telemetry(levels)
+    with_cost = _with_cost(levels)
     rows = []
     for s in levels:
         load = (
@@ -104,6 +109,8 @@ def sweep_rows(levels: Sequence[LevelSummary]) -> list[list[str]]:
                 "-" if s.request_goodput is None else f"{s.request_goodput:,.2f}",
                 "-" if s.good_fraction is None else f"{100 * s.good_fraction:.1f}",
             ]
+        if with_cost:
+            row.append(usd_text(s.cost.usd_per_m_total_tokens if s.cost else None))
         if with_telemetry:
             row += _telemetry_cells(s.telemetry)
         rows.append(row)
@@ -122,6 +129,11 @@ def render_sweep(levels: Sequence[LevelSummary], *, title: str | None = None) ->
 
 def _with_slo(levels: Sequence[LevelSummary]) -> bool:
     return any(s.slo_ms for s in levels)
+
+
+def _with_cost(levels: Sequence[LevelSummary]) -> bool:
+    """A priced run: USD per million total tokens at its price (bench.cost)."""
+    return any(s.cost is not None and s.cost.usd_per_m_total_tokens is not None for s in levels)
 
 
 def _with_telemetry(levels: Sequence[LevelSummary]) -> bool:

@@ -19,7 +19,14 @@ from servelab.bench.results import LevelSummary
 from servelab.core.errors import ConfigError
 from servelab.core.units import MS_PER_S, parse_duration_s
 
-__all__ = ["TARGETS", "Target", "TargetResult", "evaluate_targets", "parse_target"]
+__all__ = [
+    "TARGETS",
+    "Target",
+    "TargetResult",
+    "evaluate_targets",
+    "level_meets",
+    "parse_target",
+]
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,17 @@ def evaluate_targets(
 ) -> list[TargetResult]:
     """Each target against the sweep's completed levels."""
     return [_evaluate(t, [s for s in levels if s.completed != 0]) for t in targets]
+
+
+def level_meets(target: Target, level: LevelSummary) -> bool | None:
+    """Whether one level meets the target by itself (a level without the number does not);
+    None for `single`, which is judged at concurrency 1 only, not at every level."""
+    if target.name == "single":
+        return None
+    value = target.kind.read(level)
+    if value is None:
+        return False
+    return value >= target.value if target.kind.higher_is_better else value <= target.value
 
 
 def _evaluate(target: Target, levels: list[LevelSummary]) -> TargetResult:

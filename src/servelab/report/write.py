@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.bench.cost_results import HourlyPrice
 from servelab.core.errors import ConfigError
 from servelab.report.compare import build_comparison
 from servelab.report.document import Report
@@ -37,12 +38,14 @@ def write_report(
     out: Path | None = None,
     targets: Sequence[Target] = (),
     title: str | None = None,
+    price: HourlyPrice | None = None,
 ) -> ReportFiles:
     """The report of one run, written into `out` (default: that run), or of several
-    compared with the first (default: a folder beside the first, `compare-A-vs-B`)."""
+    compared with the first (default: a folder beside the first, `compare-A-vs-B`);
+    `price` prices every run's tokens in place of its own price."""
     if not run_dirs:
         raise ConfigError("give at least one run directory")
-    runs = [load_report_run(path) for path in run_dirs]
+    runs = [load_report_run(path, price=price) for path in run_dirs]
     if len(runs) == 1:
         return write_run_report(runs[0], out=out or runs[0].path, targets=targets, title=title)
     if len({path.resolve() for path in run_dirs}) < len(run_dirs):

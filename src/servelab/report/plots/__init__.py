@@ -1,10 +1,11 @@
 """The report's plots: pure data built from a run's files, then drawn by matplotlib.
 
 `build_plots(runs)` gives one `Plot` per key of `PLOT_KEYS` (throughput, latency, pareto,
-ttft_distribution, itl_distribution, gpu_timeline, engine_timeline), each with every run
-overlaid in a colour of its own. A plot whose data is absent (no GPU sampled, no engine
-/metrics, no streamed request) comes back with `missing` saying why in one line; its
-`render_svg` and `render_png` raise ValueError, so a renderer shows `missing` instead.
+cost, prefix_cache, ttft_distribution, itl_distribution, gpu_timeline, engine_timeline),
+each with every run overlaid in a colour of its own. A plot whose data is absent (no GPU
+sampled, no engine /metrics, no streamed request, no price) comes back with `missing`
+saying why in one line; its `render_svg` and `render_png` raise ValueError, so a renderer
+shows `missing` instead.
 `tuning_plot(study)` and `twin_plot(twin, levels)` draw a study's trials and a run's twin.
 The data layer imports numpy only; matplotlib loads inside the render functions.
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from servelab.report.plots.cost import cost_plot
 from servelab.report.plots.data import Plot, RunPlotInput
 from servelab.report.plots.distributions import itl_distribution_plot, ttft_distribution_plot
 from servelab.report.plots.prefix import prefix_cache_plot
@@ -17,6 +18,7 @@ _BUILDERS = (
     throughput_plot,
     latency_plot,
     pareto_plot,
+    cost_plot,
     prefix_cache_plot,
     ttft_distribution_plot,
     itl_distribution_plot,

@@ -33,6 +33,7 @@ PLOT_KEYS = (
     "throughput",
     "latency",
     "pareto",
+    "cost",
     "prefix_cache",
     "ttft_distribution",
     "itl_distribution",

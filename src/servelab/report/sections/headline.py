@@ -2,20 +2,23 @@
 
 The capacity under the SLO first where the run searched it (with its boundary's bands),
 then the best total throughput and where, the single stream, the knee, the targets met,
-and the top finding with its first action — what a reader would otherwise piece together
-from all six sections.
+the price and what a million tokens cost (at the knee, the capacity, and the cheapest level
+meeting the targets and SLOs) with the GPU energy per token, and the top finding with its
+first action — what a reader would otherwise piece together from all six sections.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from servelab.bench.knee import find_knee
+from servelab.bench.results import BenchSummary, LevelSummary
 from servelab.report.capacity import capacity_headline
+from servelab.report.cost import cost_lines, slo_rule
 from servelab.report.document import Tone
 from servelab.report.inputs import ReportRun
 from servelab.report.sections._common import load_text, sentence, tone_of
-from servelab.report.targets import Target, evaluate_targets
+from servelab.report.targets import Target, evaluate_targets, level_meets
 
 __all__ = ["headline"]
 
@@ -51,9 +54,30 @@ def headline(run: ReportRun, targets: Sequence[Target]) -> list[tuple[Tone, str]
         tone: Tone = "bad" if missed else "good"
         text = f"Targets: {len(results) - len(missed)} of {len(results)} met"
         lines.append((tone, text + (f"; not met: {', '.join(missed)}." if missed else ".")))
+    meets, goal = _goal(run.summary, targets)
+    for line in cost_lines(run.summary, meets=meets, goal=goal):
+        lines.append(("bad" if "no level meets" in line else "plain", sentence(line)))
     top = run.diagnosis.top if run.diagnosis is not None else None
     if top is not None:
         lines.append((tone_of(top.severity), f"Top finding: {top.title}."))
         if top.actions:
             lines.append(("plain", f"Try first: {top.actions[0].text}"))
     return lines
+
+
+def _goal(
+    summary: BenchSummary, targets: Sequence[Target]
+) -> tuple[Callable[[LevelSummary], bool] | None, str]:
+    """Whether a level meets every target it is judged on and its SLOs, and what to call
+    that; None where the run has neither."""
+    judged = [t for t in targets if t.name != "single"]
+    slo = slo_rule(summary)
+    if not judged and slo is None:
+        return None, ""
+
+    def meets(level: LevelSummary) -> bool:
+        on_targets = all(level_meets(t, level) is not False for t in judged)
+        return on_targets and (slo is None or slo(level))
+
+    names = [name for name, on in (("the targets", judged), ("the SLOs", slo)) if on]
+    return meets, " and ".join(names)

@@ -10,6 +10,7 @@ from servelab.bench.knee import find_knee
 from servelab.bench.results import LevelSummary
 from servelab.core.redact import scrub
 from servelab.report.capacity import capacity_table
+from servelab.report.cost import COST_COLUMNS, cost_rows, price_text
 from servelab.report.document import (
     Block,
     Bullets,
@@ -43,6 +44,7 @@ def results_section(run: ReportRun, *, plots: bool = True) -> Section:
         )
     if summary.capacity is not None:
         blocks += _capacity(summary.capacity)
+    blocks += _cost(run)
     blocks += _prefix_and_turns(levels)
     knee = find_knee(levels)
     blocks.append(Paragraph(sentence(knee.explanation), "info" if knee.found else "plain"))
@@ -74,6 +76,31 @@ def _capacity(result: CapacityResult) -> list[Block]:
             "and judged on its measurements pooled."
         ),
     ]
+
+
+def _cost(run: ReportRun) -> list[Block]:
+    """The price, then each level's USD and GPU energy per token; where either is missing,
+    the reason, never a blank."""
+    summary = run.summary
+    blocks: list[Block] = [Paragraph(sentence(f"Price: {price_text(summary.price)}"))]
+    costs = [s.cost for s in summary.levels if s.cost is not None]
+    measured = any(c.j_per_output_token is not None for c in costs)
+    if summary.price is not None or measured:
+        blocks.append(
+            Table(
+                ["level", *COST_COLUMNS],
+                cost_rows(summary.levels),
+                caption="USD per million tokens: the hour's price / 3600 / the level's tok/s "
+                "x 1e6. J per token: the sampled GPUs' energy over the level / its tokens; "
+                "total tok/s per MW: total tok/s / (their mean power / 1e6). GPU power only: "
+                "not the host, fans or network (docs/METRICS.md, cost and energy).",
+                right=frozenset(range(1, len(COST_COLUMNS) + 1)),
+            )
+        )
+    if not measured:
+        why = next((c.unavailable["energy"] for c in costs if "energy" in c.unavailable), None)
+        blocks.append(Paragraph(sentence(f"Energy per token: not measured: {why or 'no level'}")))
+    return blocks
 
 
 def _prefix_and_turns(levels: list[LevelSummary]) -> list[Block]:
