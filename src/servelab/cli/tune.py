@@ -105,6 +105,7 @@ class WorkerOptions(OptionGroup):
             command=["servelab", *sys.argv[1:]],
             probe=run_probe,
             cluster=cluster,
+            price=shared.price("servelab tune"),
         )
 
 
@@ -237,7 +238,7 @@ def render_trials(result: StudyResult) -> Table:
             trial.role,
             trial.state if trial.feasible is not False else "infeasible",
             *(_cell(trial.params.get(name, "")) for name in names),
-            *(f"{v:,.1f}" for v in values),
+            *(_value(v) for v in values),
             *([""] * (len(result.objectives) - len(values))),
             escape(trial.reason or ""),
         ]
@@ -255,7 +256,7 @@ def best_lines(result: StudyResult) -> list[str]:
         if trial is None or not trial.values:
             continue
         measured = ", ".join(
-            f"{o.label} {v:,.1f} {o.unit}"
+            f"{o.label} {_value(v)} {o.unit}"
             for o, v in zip(result.objectives, trial.values, strict=True)
         )
         lines.append(f"best: trial {number}: {measured}")
@@ -371,6 +372,12 @@ def _study_name(name: str) -> str:
     if not name or len(name) > 100 or not all(c.isalnum() or c in "._-" for c in name):
         raise ConfigError(f"study name {name!r}: use letters, digits, '.', '_' and '-'")
     return name
+
+
+def _value(value: float) -> str:
+    """An objective's value with the digits it needs: 125,346.8 tok/s, and a cost of
+    0.0123 $/M tokens not rounded to 0.0."""
+    return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.3g}"
 
 
 def _cell(value: Any) -> str:

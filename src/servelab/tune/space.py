@@ -22,6 +22,8 @@
 `objective: capacity` searches, in each trial, the highest load that meets `slo` for
 `attainment` of the requests (default 0.9): `load` then gives the search's start (one
 level, default 1) and its largest load, `max` (default 1024 concurrent or req/s).
+`objective: cost` is the lowest USD per million total tokens among the trial's levels that
+meet `slo` for `attainment` of their requests, at the price given to `servelab tune`.
 
 The base's own value of every searched setting is always a candidate, so the first trial
 (the base as given) lies inside the space and the sampler learns from it.
@@ -55,7 +57,7 @@ from servelab.engines.spec import load_spec, parse_spec
 from servelab.tune.load import LoadPlan
 from servelab.tune.params import Param, param_from_yaml
 from servelab.tune.results import ObjectiveSpec
-from servelab.tune.targets import CAPACITY, Constraint, parse_constraint, parse_objective
+from servelab.tune.targets import CAPACITY, COST, Constraint, parse_constraint, parse_objective
 
 __all__ = ["DEFAULT_TRIALS", "LoadPlan", "SearchSpace", "load_space", "parse_space"]
 
@@ -141,7 +143,7 @@ class SearchSpace(BaseModel):
     constraints: list[Constraint]
     slo_ms: dict[str, float] | None
     attainment: float = Field(
-        description="objective capacity: the share of a level's requests meeting every SLO."
+        description="objective capacity or cost: the share of a level's requests meeting every SLO."
     )
     trials: int
     time_budget_s: float | None
@@ -228,6 +230,7 @@ def parse_space(
     if slo_ms is None and ({"request_goodput", "good_fraction"} & set(goodput)):
         raise ConfigError(f"{source}: goodput needs SLOs", hint="add slo: ttft=2s,tpot=50ms")
     _check_capacity(raw, objectives, load, slo_ms, source)
+    _check_cost(objectives, constraints, slo_ms, source)
     budget = (
         parse_duration_s(raw.time_budget, what=f"{source}: time_budget")
         if raw.time_budget
@@ -364,11 +367,12 @@ def _check_capacity(
     source: str,
 ) -> None:
     """`capacity` needs the SLO it searches under, one start level and a max above it;
-    `attainment` and `load.max` belong to it alone."""
+    `load.max` belongs to it alone, `attainment` to it and to `cost`."""
     if all(o.metric != CAPACITY for o in objectives):
-        for key, given in (("attainment", raw.attainment), ("load.max", raw.load.max)):
-            if given is not None:
-                raise ConfigError(f"{source}: {key} is for objective capacity")
+        if raw.load.max is not None:
+            raise ConfigError(f"{source}: load.max is for objective capacity")
+        if raw.attainment is not None and not any(_cheapest(o) for o in objectives):
+            raise ConfigError(f"{source}: attainment is for objective capacity or cost")
         return
     if len(objectives) > 1:
         raise ConfigError(f"{source}: capacity is the study's one objective")
@@ -381,6 +385,27 @@ def _check_capacity(
         )
     if load.max_load is not None and load.max_load < load.levels[0]:
         raise ConfigError(f"{source}: load.max is under the start level")
+
+
+def _check_cost(
+    objectives: list[ObjectiveSpec],
+    constraints: list[Constraint],
+    slo_ms: dict[str, float] | None,
+    source: str,
+) -> None:
+    """`cost` without a level is read at the cheapest level meeting the SLO: it needs one."""
+    unplaced = any(_cheapest(o) for o in objectives) or any(
+        c.metric == COST and c.at is None for c in constraints
+    )
+    if unplaced and slo_ms is None:
+        raise ConfigError(
+            f"{source}: cost is read at the cheapest level that meets the SLO: give slo",
+            hint="add slo: ttft=2s,tpot=50ms, or read it at one level: cost@64",
+        )
+
+
+def _cheapest(objective: ObjectiveSpec) -> bool:
+    return objective.metric == COST and objective.at is None
 
 
 def _workload(raw: _WorkloadFile, source: str) -> WorkloadSpec:

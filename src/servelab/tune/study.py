@@ -24,6 +24,8 @@ import optuna
 from pydantic import ValidationError
 
 from servelab.bench.cluster import ClusterSpec
+from servelab.bench.cost import resolve_price
+from servelab.bench.cost_results import HourlyPrice
 from servelab.core.errors import ConfigError, ServelabError
 from servelab.core.redact import MASK, register_secret
 from servelab.diagnose import Diagnosis
@@ -53,6 +55,7 @@ from servelab.tune.storage import (
     open_storage,
     storage_url,
 )
+from servelab.tune.targets import COST
 from servelab.tune.trial import (
     OUTCOME,
     TrialContext,
@@ -118,6 +121,8 @@ class WorkerConfig:
     """After the study, re-measure the best and the default this many times each."""
     cluster: ClusterSpec | None = None
     """Every trial's load from client workers on a Ray cluster's nodes (bench.cluster)."""
+    price: HourlyPrice | None = None
+    """What the deployment costs an hour: every trial's tokens are priced (objective cost)."""
 
 
 def default_study_dir(name: str, config: WorkerConfig) -> Path:
@@ -131,6 +136,7 @@ def run_study(
     on_event: Callable[[Any], None] = lambda _e: None,
 ) -> StudyResult:
     """Create the study (or continue it: the same space, the same storage) and work on it."""
+    _check_price(space, config)
     study_dir = default_study_dir(space.name, config)
     url = storage_url(config.storage, study_dir)
     _make_dir(study_dir)
@@ -192,6 +198,7 @@ def join_study(
     _make_dir(study_dir)
     storage = open_storage(url, heartbeat_s=config.heartbeat_s)
     space = _stored_space(name, storage)
+    _check_price(space, config)
     study = _open(space, storage, create=False)
     RunDir(study_dir).write_text(SPACE_FILE, space.text)
     return _work(study, space, config, _context(space, config, study_dir, on_event), url)
@@ -299,11 +306,23 @@ def _confirmation(given: Any) -> Confirmation | None:
         return None
 
 
+def _check_price(space: SearchSpace, config: WorkerConfig) -> None:
+    """A study that reads a cost needs a price; every host of a study gives the same one."""
+    metrics = [o.metric for o in space.objectives] + [c.metric for c in space.constraints]
+    if COST in metrics and config.price is None:
+        raise ConfigError(
+            "a cost needs a price: give --gpu-hour-price or --machine-hour-price",
+            hint="every host that joins the study gives the same price",
+        )
+
+
 def _context(
     space: SearchSpace, config: WorkerConfig, study_dir: Path, on_event: Callable[[Any], None]
 ) -> TrialContext:
     """What this worker's trials share: the machine's probe (written once), its folders."""
     probe = config.probe()
+    if config.price is not None:  # a GPU price its base's GPUs cannot be counted for: now
+        resolve_price(config.price, spec=space.base, gpus=config.telemetry_gpus, probe=probe)
     probe_path: Path | None = None
     if probe is not None:
         probe_path = RunDir(study_dir).write_probe(probe)
@@ -316,6 +335,7 @@ def _context(
         telemetry_gpus=config.telemetry_gpus,
         command=config.command,
         cluster=config.cluster,
+        price=config.price,
         on_event=on_event,
     )
 

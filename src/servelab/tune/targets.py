@@ -11,6 +11,11 @@ and a constraint where the first objective is read. Names ending in `_ms` and
 `capacity` is an objective of its own: each trial searches the highest load that meets the
 study's SLO (bench.capacity) and is worth that load, 0 when none met it; a constraint is
 then read at that load's level.
+
+`cost` is USD per million total tokens at the trial's price (bench.cost), minimised: the
+cheapest level whose requests meet the study's SLO (for `attainment` of them, as capacity
+judges a level), or `cost@level` at one level. Without `@` a constraint is then read at that
+cheapest level. Its direction is stated here, never inferred from its name.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from servelab.bench.capacity import DEFAULT_ATTAINMENT
+from servelab.bench.cost import cheapest_level
 from servelab.bench.load import LoadMode
 from servelab.bench.results import BenchSummary, LevelSummary
 from servelab.core.errors import ConfigError
@@ -32,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CAPACITY",
+    "COST",
     "ERROR_RATE",
     "Constraint",
     "level_at",
@@ -42,6 +50,8 @@ __all__ = [
 ]
 
 CAPACITY = "capacity"
+COST = "cost"
+COST_UNIT = "$/M tokens"
 ERROR_RATE = "error_rate"
 SINGLE_STREAM = "single_stream_tok_s"
 _NOT_METRICS = frozenset(
@@ -81,7 +91,7 @@ def metric_names() -> list[str]:
         for name, field in LevelSummary.model_fields.items()
         if name not in _NOT_METRICS and _is_number(field.annotation)
     ]
-    return [*numeric, ERROR_RATE, CAPACITY]
+    return [*numeric, ERROR_RATE, CAPACITY, COST]
 
 
 def parse_objective(given: str | dict[str, Any], load: LoadPlan, *, source: str) -> ObjectiveSpec:
@@ -107,6 +117,8 @@ def parse_objective(given: str | dict[str, Any], load: LoadPlan, *, source: str)
         raise ConfigError(f"{where}: error_rate is a constraint, not an objective")
     if metric == CAPACITY:
         return _capacity_objective(at, direction, load, where)
+    if metric == COST:
+        return _cost_objective(at, direction, load, where)
     level = _resolve_level(metric, at, load, where, default=max(load.levels))
     return ObjectiveSpec(
         metric=metric,
@@ -147,8 +159,19 @@ def level_at(levels: Sequence[LevelSummary], at: float | None) -> LevelSummary |
     return None
 
 
-def read_metric(summary: BenchSummary, metric: str, at: float | None) -> float | None:
-    """The metric's value in the sweep; None when the level or the number is missing."""
+def read_metric(
+    summary: BenchSummary,
+    metric: str,
+    at: float | None,
+    *,
+    attainment: float = DEFAULT_ATTAINMENT,
+    cost_level: bool = False,
+) -> float | None:
+    """The metric's value in the sweep; None when the level or the number is missing.
+
+    `at` None reads the capacity's level, else the last; `cost` (outside a capacity
+    search), and any metric with `cost_level`, the cheapest level meeting the SLO for
+    `attainment` of its requests (objective `cost`)."""
     if metric == ERROR_RATE:
         failed = sum(level.failed or 0 for level in summary.levels)
         attempted = failed + sum(level.completed or 0 for level in summary.levels)
@@ -156,12 +179,16 @@ def read_metric(summary: BenchSummary, metric: str, at: float | None) -> float |
     if metric == CAPACITY:
         return _capacity(summary)
     held = summary.capacity.held if summary.capacity is not None else None
-    if at is None and held is not None:
+    if at is None and (cost_level or (metric == COST and held is None)):
+        level = cheapest_level(summary.levels, attainment=attainment)
+    elif at is None and held is not None:
         level = summary.levels[held.level] if held.level < len(summary.levels) else None
     else:
         level = level_at(summary.levels, at)
     if level is None or not level.completed:
         return None  # a level where every request failed measured nothing, not zero
+    if metric == COST:
+        return level.cost.usd_per_m_total_tokens if level.cost is not None else None
     value = getattr(level, metric, None)
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
@@ -176,6 +203,16 @@ def _capacity_objective(
         raise ConfigError(f"{where}: capacity is maximised")
     unit = "concurrent" if load.mode is LoadMode.CONCURRENCY else "req/s"
     return ObjectiveSpec(metric=CAPACITY, at=None, direction="maximize", unit=unit)
+
+
+def _cost_objective(
+    at: float | None, direction: str | None, load: LoadPlan, where: str
+) -> ObjectiveSpec:
+    """`cost` or `cost@level`: USD per million total tokens, minimised."""
+    if direction not in (None, "minimize"):
+        raise ConfigError(f"{where}: cost is minimised")
+    level = _resolve_level(COST, at, load, where, default=None)
+    return ObjectiveSpec(metric=COST, at=level, direction="minimize", unit=COST_UNIT)
 
 
 def _capacity(summary: BenchSummary) -> float | None:

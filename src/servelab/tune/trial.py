@@ -26,6 +26,8 @@ from typing import Any
 import optuna
 
 from servelab.bench.cluster import ClusterSpec
+from servelab.bench.cost import resolve_price
+from servelab.bench.cost_results import HourlyPrice, Price
 from servelab.bench.events import BenchEvent
 from servelab.bench.results import BenchSummary, LevelSummary, SweepStop
 from servelab.bench.session import BenchConfig
@@ -50,7 +52,7 @@ from servelab.tune.params import apply_params
 from servelab.tune.prune import available_gpus, check_fit, layout_model
 from servelab.tune.results import ObjectiveSpec, TwinForecast
 from servelab.tune.space import SearchSpace
-from servelab.tune.targets import CAPACITY, Constraint, level_at, read_metric
+from servelab.tune.targets import CAPACITY, COST, Constraint, level_at, read_metric
 from servelab.tune.twin_forecast import (
     FinishedTrial,
     forecast_trial,
@@ -110,6 +112,8 @@ class TrialContext:
     command: list[str] | None = None
     cluster: ClusterSpec | None = None
     """Each trial's client workers on a Ray cluster's nodes, joined anew per trial."""
+    price: HourlyPrice | None = None
+    """What the deployment costs an hour; a GPU price times each trial's own GPUs."""
     on_event: Callable[[BenchEvent | TrialEvent], None] = lambda _e: None
 
 
@@ -230,7 +234,8 @@ def _measure(trial: optuna.Trial, ctx: TrialContext, params: dict[str, Any]) -> 
     if ctx.probe is not None and run_path.is_dir():
         RunDir(run_path).write_probe(ctx.probe)
     levels = {
-        f"{v:g}": read_metric(summary, space.objectives[0].metric, v) for v in space.load.levels
+        f"{v:g}": read_metric(summary, space.objectives[0].metric, v, attainment=space.attainment)
+        for v in space.load.levels
     }
     trial.set_user_attr("levels", levels)
     diagnosis = _diagnose(run_path, spec, ctx)
@@ -246,7 +251,9 @@ def _measure(trial: optuna.Trial, ctx: TrialContext, params: dict[str, Any]) -> 
     values = [metrics.get(_key(o.metric, o.at)) for o in space.objectives]
     missing = [o.label for o, v in zip(space.objectives, values, strict=True) if v is None]
     if missing:
-        raise TrialFailed(f"nothing measured for {', '.join(missing)}: {_why_missing(summary)}")
+        raise TrialFailed(
+            f"nothing measured for {', '.join(missing)}: {_why_missing(summary, space)}"
+        )
     return [float(v) for v in values if v is not None]
 
 
@@ -279,7 +286,7 @@ def sweep_spec(
     """Launch `spec` and run the study's load on it into `run_path`, as every trial does;
     an engine that does not start or dies is TrialFailed (with its log signature).
     `give_up`: a capacity search ends once a load at or under it fails (tune.capacity)."""
-    config = _bench_config(ctx, run_path, name=name, stop_early=stop_early, give_up=give_up)
+    config = _bench_config(ctx, spec, run_path, name=name, stop_early=stop_early, give_up=give_up)
     try:
         outcome = bench_engine(spec, config, on_event=ctx.on_event)
     except EngineLaunchError as exc:
@@ -301,6 +308,7 @@ def sweep_spec(
 
 def _bench_config(
     ctx: TrialContext,
+    spec: EngineSpec,
     run_path: Path,
     *,
     name: str,
@@ -327,7 +335,16 @@ def _bench_config(
         stop_early=stop_early,
         capacity=capacity_plan(space, give_up=give_up),
         cluster=ctx.cluster,
+        price=_trial_price(ctx, spec),
     )
+
+
+def _trial_price(ctx: TrialContext, spec: EngineSpec) -> Price | None:
+    """The study's price for one trial: a GPU price times the GPUs the trial's spec holds."""
+    if ctx.price is None:
+        return None
+    gpus = list(ctx.telemetry_gpus or [])
+    return resolve_price(ctx.price, spec=spec, gpus=gpus, probe=ctx.probe)
 
 
 def _early_stop(
@@ -338,7 +355,8 @@ def _early_stop(
     and reaches less than `early_stop` of the best feasible trial's objective, so the levels
     after it are not run (pruned). Like with like: the same metric at the same level as the
     objective, never a first level standing in for the highest. Two objectives have no single
-    bar (one trial may lose on the first and win on the second): no early stop then."""
+    bar (one trial may lose on the first and win on the second), and a cost is not a field
+    of the level: no early stop then."""
     space = ctx.space
     levels = space.load.levels
     if space.early_stop <= 0 or len(levels) < 2:
@@ -349,7 +367,7 @@ def _early_stop(
     has_later = any(math.isclose(v, at) for v in levels[:-1])
     bar = (
         _best_feasible(trial.study, maximize=maximize)
-        if len(space.objectives) == 1 and has_later
+        if len(space.objectives) == 1 and has_later and objective.metric != COST
         else None
     )
 
@@ -396,17 +414,37 @@ def _best_feasible(study: optuna.Study, *, maximize: bool) -> float | None:
 
 
 def _metrics(summary: BenchSummary, space: SearchSpace) -> dict[str, float | None]:
+    """Each objective and constraint as measured; without a level, a constraint of a cost
+    study is read where the cost is, at the cheapest level meeting the SLO."""
     wanted = [(o.metric, o.at) for o in space.objectives]
     wanted += [(c.metric, c.at) for c in space.constraints]
-    return {_key(metric, at): read_metric(summary, metric, at) for metric, at in wanted}
+    cheapest = _by_cost(space)
+    return {
+        _key(metric, at): read_metric(
+            summary, metric, at, attainment=space.attainment, cost_level=cheapest
+        )
+        for metric, at in wanted
+    }
+
+
+def _by_cost(space: SearchSpace) -> bool:
+    """Whether the first objective is `cost` read at the cheapest level meeting the SLO."""
+    first = space.objectives[0]
+    return first.metric == COST and first.at is None
 
 
 def read_objective(summary: BenchSummary, space: SearchSpace) -> tuple[float | None, str | None]:
     """The first objective's value in a sweep, or None and why nothing was measured."""
     objective = space.objectives[0]
-    value = read_metric(summary, objective.metric, objective.at)
+    value = read_metric(
+        summary,
+        objective.metric,
+        objective.at,
+        attainment=space.attainment,
+        cost_level=_by_cost(space),
+    )
     if value is None:
-        return None, f"nothing measured for {objective.label}: {_why_missing(summary)}"
+        return None, f"nothing measured for {objective.label}: {_why_missing(summary, space)}"
     return value, None
 
 
@@ -414,9 +452,11 @@ def _key(metric: str, at: float | None) -> str:
     return metric if at is None else f"{metric}@{at:g}"
 
 
-def _why_missing(summary: BenchSummary) -> str:
+def _why_missing(summary: BenchSummary, space: SearchSpace) -> str:
     if summary.failure:
         return summary.failure
+    if _by_cost(space) and any(level.completed for level in summary.levels):
+        return f"no level met the SLO for {space.attainment:.0%} of its requests"
     for level in summary.levels:
         if level.errors:
             kind, count = max(level.errors.items(), key=lambda item: item[1])
