@@ -316,9 +316,7 @@ def _scan_lines(lines: Iterable[str], *, source: str, engine: str | None) -> Eng
     return scan.model_copy(update={"looks_like": looks})
 
 
-def _chosen(
-    readers: list[_Reader], engine: str | None, style: StampStyle | None
-) -> _Reader | None:
+def _chosen(readers: list[_Reader], engine: str | None, style: StampStyle | None) -> _Reader | None:
     """The given engine's readers, else those that recognised the most lines (none: None);
     a tie (a message both engines print word for word, as SGLang's copy of vLLM's custom
     all-reduce) goes to the engine whose timestamp style the lines carry."""
