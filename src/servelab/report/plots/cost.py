@@ -9,7 +9,7 @@ from servelab.bench.cost import NO_PRICE
 from servelab.core.units import MS_PER_S
 from servelab.report.plots._load import scale_for, short_label
 from servelab.report.plots.data import Line, Panel, Plot, RunPlotInput
-from servelab.report.plots.sweep import pareto_frontier
+from servelab.report.plots.sweep import levels_and_frontier, pareto_frontier
 
 __all__ = ["cost_plot"]
 
@@ -29,30 +29,10 @@ def cost_plot(runs: Sequence[RunPlotInput]) -> Plot:
         )
         if not points:
             continue
-        series.append(
-            Line(
-                run.label,
-                "levels",
-                "cost",
-                tuple(x for x, _, _ in points),
-                tuple(y for _, y, _ in points),
-                role="points",
-                point_labels=tuple(label for _, _, label in points),
-            )
-        )
         # Less cost is better: the frontier of (-cost, per user), drawn by cost ascending.
         best = pareto_frontier([(-x, y) for x, y, _ in points])
         frontier = sorted((points[i] for i in best), key=lambda p: (p[0], -p[1]))
-        series.append(
-            Line(
-                run.label,
-                "Pareto frontier",
-                "cost",
-                tuple(x for x, _, _ in frontier),
-                tuple(y for _, y, _ in frontier),
-                role="frontier",
-            )
-        )
+        series += levels_and_frontier(run.label, "cost", points, frontier)
     xs = [x for line in series for x in line.x]
     ys = [y for line in series for y in line.y]
     return Plot(

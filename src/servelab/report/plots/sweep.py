@@ -13,7 +13,13 @@ from servelab.core.units import MS_PER_S
 from servelab.report.plots._load import LoadAxis, load_axis, scale_for, short_label
 from servelab.report.plots.data import Line, LineRole, Panel, Plot, RunPlotInput
 
-__all__ = ["latency_plot", "pareto_frontier", "pareto_plot", "throughput_plot"]
+__all__ = [
+    "latency_plot",
+    "levels_and_frontier",
+    "pareto_frontier",
+    "pareto_plot",
+    "throughput_plot",
+]
 
 # (panel, line name, LevelSummary field, role) of the latency plot.
 _LATENCY: tuple[tuple[str, str, str, LineRole], ...] = (
@@ -164,28 +170,8 @@ def pareto_plot(runs: Sequence[RunPlotInput]) -> Plot:
         )
         if not points:
             continue
-        series.append(
-            Line(
-                run.label,
-                "levels",
-                "pareto",
-                tuple(x for x, _, _ in points),
-                tuple(y for _, y, _ in points),
-                role="points",
-                point_labels=tuple(label for _, _, label in points),
-            )
-        )
         frontier = [points[i] for i in pareto_frontier([(x, y) for x, y, _ in points])]
-        series.append(
-            Line(
-                run.label,
-                "Pareto frontier",
-                "pareto",
-                tuple(x for x, _, _ in frontier),
-                tuple(y for _, y, _ in frontier),
-                role="frontier",
-            )
-        )
+        series += levels_and_frontier(run.label, "pareto", points, frontier)
     xs = [x for line in series for x in line.x]
     ys = [y for line in series for y in line.y]
     return Plot(
@@ -213,6 +199,34 @@ def pareto_plot(runs: Sequence[RunPlotInput]) -> Plot:
         if series
         else "no TPOT: no level has a median TPOT (it needs streamed requests of 2+ tokens)",
     )
+
+
+def levels_and_frontier(
+    run: str,
+    panel: str,
+    points: Sequence[tuple[float, float, str]],
+    frontier: Sequence[tuple[float, float, str]],
+) -> list[Line]:
+    """A run's levels as labelled points (x, y, label) and its Pareto frontier as a line."""
+    return [
+        Line(
+            run,
+            "levels",
+            panel,
+            tuple(x for x, _, _ in points),
+            tuple(y for _, y, _ in points),
+            role="points",
+            point_labels=tuple(label for _, _, label in points),
+        ),
+        Line(
+            run,
+            "Pareto frontier",
+            panel,
+            tuple(x for x, _, _ in frontier),
+            tuple(y for _, y, _ in frontier),
+            role="frontier",
+        ),
+    ]
 
 
 def pareto_frontier(points: Sequence[tuple[float, float]]) -> tuple[int, ...]:
