@@ -23,6 +23,7 @@ from servelab.bench.cost_results import CostPart, HourlyPrice, LevelCost, Price
 from servelab.bench.results import BenchSummary, LevelSummary
 from servelab.core.errors import ConfigError
 from servelab.engines.base import EngineSpec
+from servelab.engines.spec import computes_on_cpu
 from servelab.probe.report import ProbeReport
 from servelab.telemetry.summary import NO_GPUS_GIVEN
 
@@ -159,7 +160,7 @@ def price_over(given: HourlyPrice, gpus: int | None, gpus_source: str | None) ->
 def _gpu_count(
     spec: EngineSpec | None, gpus: Sequence[int], probe: ProbeReport | None
 ) -> tuple[int, str] | None:
-    if spec is not None and not _on_cpu(spec):
+    if spec is not None and not computes_on_cpu(spec):
         layout = ", ".join(f"{name} {size}" for name, size in spec.layout.items() if size > 1)
         return spec.gpus_needed, f"the engine spec's layout ({layout or 'one GPU'})"
     if gpus:
@@ -167,20 +168,6 @@ def _gpu_count(
     if probe is not None and probe.gpus is not None and probe.gpus.gpus:
         return len(probe.gpus.gpus), "the probe (GPUs on this machine)"
     return None
-
-
-def _on_cpu(spec: EngineSpec) -> bool:
-    """An engine that computes on the CPU holds no GPU, whatever its layout says."""
-    if spec.device is not None:
-        return spec.device == "cpu"
-    if spec.engine != "embedded":
-        return False
-    from servelab.engines.embedded.presets import DEFAULT_PRESET, get_preset
-
-    try:
-        return get_preset(spec.model or DEFAULT_PRESET).device == "cpu"
-    except ConfigError:
-        return False
 
 
 def _usd_total(level: LevelSummary) -> float:

@@ -26,7 +26,30 @@ from pydantic import ValidationError
 from servelab.core.errors import ConfigError
 from servelab.engines.base import KNOB_NAMES, EngineSpec
 
-__all__ = ["load_spec", "parse_assignments", "parse_spec", "spec_with", "spec_yaml"]
+__all__ = [
+    "computes_on_cpu",
+    "load_spec",
+    "parse_assignments",
+    "parse_spec",
+    "spec_with",
+    "spec_yaml",
+]
+
+
+def computes_on_cpu(spec: EngineSpec) -> bool:
+    """Whether the engine computes on the CPU: its device where the spec names one, else
+    the embedded engine's preset's (an engine on the CPU holds no GPU, whatever its layout
+    says, and the probe measures the CPU's rates for it)."""
+    if spec.device is not None:
+        return spec.device == "cpu"
+    if spec.engine != "embedded":
+        return False
+    from servelab.engines.embedded.presets import DEFAULT_PRESET, get_preset
+
+    try:
+        return get_preset(spec.model or DEFAULT_PRESET).device == "cpu"
+    except ConfigError:
+        return False
 
 
 def load_spec(path: Path) -> EngineSpec:

@@ -44,9 +44,9 @@ from servelab.core.net import ensure_listening
 from servelab.diagnose import DiagnoseOptions, Diagnosis, Knee, diagnose_run, find_knee
 from servelab.engines.base import EngineSpec
 from servelab.engines.embedded.cache import refuse_memory_share
-from servelab.engines.embedded.presets import DEFAULT_PRESET, get_preset
 from servelab.engines.follow import AttachedLog
 from servelab.engines.signatures import EngineExit
+from servelab.engines.spec import computes_on_cpu
 from servelab.engines.watched import WatchedEngine, launch_watched
 from servelab.pipeline.limits import kv_room
 from servelab.pipeline.load import check_load, with_capacity
@@ -153,7 +153,7 @@ def run_pipeline(
     attached = attached_log(config.engine_log, config.engine_log_format, url=config.url)
     if config.url is not None:
         ensure_listening(config.url)
-    elif spec.engine == "embedded" and _on_cpu(spec):
+    elif spec.engine == "embedded" and computes_on_cpu(spec):
         refuse_memory_share(spec)  # before the run folder and the probe, as `bench --engine`
     run_dir = RunDir.create(name=name, out=config.out, root=config.runs_root)
     if support is not None:
@@ -161,7 +161,7 @@ def run_pipeline(
     watched: WatchedEngine | None = None
     try:
         on_event(Notice("probing the machine"))
-        probe = run_probe(cpu_rates=config.url is None and _on_cpu(spec))
+        probe = run_probe(cpu_rates=config.url is None and computes_on_cpu(spec))
         run_dir.write_probe(probe)
         bench = _bench_config(config, name, _sweep_plan(config, spec, probe))
         if config.price is not None:
@@ -236,19 +236,6 @@ def _run_name(config: RunConfig, spec: EngineSpec) -> str:
     if config.engine is None:
         return f"embedded-{config.preset}"
     return spec.served_name or spec.engine
-
-
-def _on_cpu(spec: EngineSpec) -> bool:
-    """Whether the launched engine computes on the CPU: then the probe measures the CPU's
-    copy and matmul rates, which the gap layers model it with."""
-    if spec.device is not None:
-        return spec.device == "cpu"
-    if spec.engine != "embedded":
-        return False
-    try:
-        return get_preset(spec.model or DEFAULT_PRESET).device == "cpu"
-    except ConfigError:
-        return False
 
 
 def _stop(watched: WatchedEngine | None, on_event: Callable[[BenchEvent], None]) -> None:
