@@ -35,35 +35,16 @@ from servelab.engines.logscan import (
 )
 from servelab.engines.logstamps import StampReader
 from servelab.engines.signatures import SIGNATURES, EventKind
+from tests.engines.test_enginelog import (
+    SGLANG_LINE,
+    SGLANG_OLD_LINE,
+    SGLANG_SPEC_DP1_LINE,
+    VLLM_CPU_LINE,
+    VLLM_KV_FULL_LINE,
+)
 
 LOGS = Path(__file__).parent / "data" / "logs"
 DOC = Path(__file__).parents[2] / "docs" / "ENGINE_SCAN.md"
-
-# tests/engines/test_enginelog.py: vllm-cpu 0.32.0 on the tiny preset, a KV-limited vLLM
-# launch, and SGLang's older full-stop form beside a data-parallel rank's line.
-VLLM_CPU_LINE = (
-    "(APIServer pid=5938) INFO 12-01 09:45:45 [loggers.py:335] Engine 000: Avg prompt "
-    "throughput: 13.0 tokens/s, Avg generation throughput: 32.0 tokens/s, Running: 0 reqs, "
-    "Waiting: 0 reqs, CPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%"
-)
-VLLM_KV_FULL_LINE = (
-    "Engine 000: Avg prompt throughput: 830.8 tokens/s, Avg generation throughput: 380.5 "
-    "tokens/s, Running: 5 reqs, Waiting: 11 reqs, CPU KV cache usage: 90.9%, Prefix cache hit "
-    "rate: 0.0%"
-)
-SGLANG_LINE = (
-    "[2026-03-04 15:13:22] Decode batch, #running-req: 2, #token: 84, token usage: 0.00, cuda "
-    "graph: True, gen throughput (token/s): 3.62, #queue-req: 1"
-)
-SGLANG_OLD_LINE = (
-    "[2026-11-29 15:08:10 TP0] Decode batch. #running-req: 64, #token: 58112, token usage: "
-    "0.14, cuda graph: True, gen throughput (token/s): 757.54, #queue-req: 64, "
-)
-SGLANG_SPEC_DP1_LINE = (
-    "[2026-09-27 00:15:25 DP1 TP4] Decode batch, #running-req: 14, #token: 785280, token usage: "
-    "0.27, accept len: 2.47, accept rate: 0.82, cuda graph: True, gen throughput (token/s): "
-    "167.86, #queue-req: 5, "
-)
 
 
 def example(engine: str, name: str) -> str:
