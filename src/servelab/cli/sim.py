@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
@@ -15,9 +16,11 @@ from servelab.core.errors import ConfigError
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-    from servelab.sim import MetricsStyle
+    from servelab.sim import Corruption, MetricsStyle
 
 __all__ = ["sim"]
+
+_Choice = TypeVar("_Choice", bound=StrEnum)
 
 LINEAR = "linear"
 """The profile the --step-* flags describe (servelab.sim.profiles.LINEAR_PROFILE)."""
@@ -169,7 +172,29 @@ def sim(
     stall_rate: Annotated[
         float, typer.Option(help="Fraction of streams that stop sending but stay open.")
     ] = 0.0,
-    seed: Annotated[int, typer.Option(help="Seed of the fault draws.")] = 0,
+    corrupt: Annotated[
+        str,
+        typer.Option(
+            metavar="KIND",
+            help="Plant corruption in answers, for quality probes: nan-logprobs (NaN"
+            " logprobs: null in streams, HTTP 500 non-streamed, as vLLM), wrong-token (the"
+            " runner-up instead of the greedy token), reasoning-only (chat: all of it in"
+            " reasoning_content, content empty), no-finish-reason, usage-overcount"
+            " (completion_tokens twice those sent); none by default. Planted, every request"
+            " gets the greedy text that logprob requests get.",
+        ),
+    ] = "none",
+    corrupt_rate: Annotated[
+        float, typer.Option(help="Fraction of requests --corrupt hits (seeded); default all.")
+    ] = 1.0,
+    corrupt_after_tokens: Annotated[
+        int,
+        typer.Option(
+            help="wrong-token and nan-logprobs: output tokens left intact before the"
+            " corruption strikes; default 0."
+        ),
+    ] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the fault and corruption draws.")] = 0,
     record: Annotated[
         Path | None,
         typer.Option(help="Write the server's own timestamps of every request here (JSONL)."),
@@ -207,6 +232,7 @@ def sim(
                 "--drop-rate": drop_rate,
                 "--malformed-rate": malformed_rate,
                 "--stall-rate": stall_rate,
+                "--corrupt-rate": corrupt_rate,
             },
             amounts={
                 "--ttft-ms": ttft_ms,
@@ -217,6 +243,7 @@ def sim(
                 "--step-per-context-token-ms": step_per_context_token_ms,
                 "--step-overhead-ms": step_overhead_ms,
                 "--reasoning-tokens": reasoning_tokens,
+                "--corrupt-after-tokens": corrupt_after_tokens,
             },
             counts={
                 "--tokens-per-chunk": tokens_per_chunk,
@@ -269,6 +296,7 @@ def sim(
         from servelab.sim.profiles import check_step_cost
 
         style = _metrics_style(metrics_style)
+        corruption = _corruption(corrupt)
         # Only the flags given: an absent one keeps SimConfig's (or its profile's) default.
         given = {key: value for key, value in (linear | engine).items() if value is not None}
         settings: dict[str, object] = {
@@ -298,6 +326,9 @@ def sim(
             "malformed_rate": malformed_rate,
             "stall_rate": stall_rate,
             "seed": seed,
+            "corruption": corruption,
+            "corruption_rate": corrupt_rate,
+            "corrupt_after_tokens": corrupt_after_tokens,
             "record_path": record,
             "workers": workers,
             "prefix_cache": prefix_cache,
@@ -399,12 +430,24 @@ def _metrics_style(text: str) -> MetricsStyle:
     """--metrics-style as a MetricsStyle, or one line naming the styles, as pydantic words it."""
     from servelab.sim import MetricsStyle
 
+    return _choice("--metrics-style", text, MetricsStyle)
+
+
+def _corruption(text: str) -> Corruption:
+    """--corrupt as a Corruption, or one line naming the kinds."""
+    from servelab.sim import Corruption
+
+    return _choice("--corrupt", text, Corruption)
+
+
+def _choice(flag: str, text: str, kind: type[_Choice]) -> _Choice:
+    """A flag's value as one of an enum's, or one line naming them, as pydantic words it."""
     try:
-        return MetricsStyle(text)
+        return kind(text)
     except ValueError:
-        names = [f"'{style.value}'" for style in MetricsStyle]
+        names = [f"'{member.value}'" for member in kind]
         known = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
-        raise ConfigError(f"--metrics-style: Input should be {known}") from None
+        raise ConfigError(f"{flag}: Input should be {known}") from None
 
 
 def _flag(field: str) -> str:

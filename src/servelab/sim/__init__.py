@@ -6,12 +6,15 @@ start(config)` runs it in the current event loop for tests. Two engines: fixed t
 cap) and continuous batching (`Batcher`, stepped on the wall clock, each step's duration
 from a `StepCost`; named profiles in `PROFILES`). Either keeps a `PrefixCache` of full
 KV blocks, matched on each request's `RequestBlocks`. GET /metrics speaks SGLang's or
-vLLM's metric names.
+vLLM's metric names. For quality probes, a request that asks for logprobs (or sets
+temperature 0) gets the greedy text of a hashed token model with vLLM-shaped logprobs
+(`servelab.sim.greedy`), and `SimConfig.corruption` plants a `Corruption` in answers.
 """
 
 from servelab.sim.batching import Batcher, EngineRequest, Step
 from servelab.sim.blocks import RequestBlocks
 from servelab.sim.config import MetricsStyle, SimConfig
+from servelab.sim.corruption import Corruption
 from servelab.sim.faults import Fault
 from servelab.sim.prefix_cache import PrefixCache
 from servelab.sim.process import serve
@@ -25,6 +28,7 @@ from servelab.sim.truth import Outcome, TruthRecord, read_truth
 __all__ = [
     "PROFILES",
     "Batcher",
+    "Corruption",
     "EngineRequest",
     "Fault",
     "FixedTiming",

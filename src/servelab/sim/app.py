@@ -27,7 +27,9 @@ from servelab.sim.config import (
     MetricsStyle,
     SimConfig,
 )
+from servelab.sim.corruption import CorruptionPicker
 from servelab.sim.faults import NO_FAULT, Fault, FaultPicker
+from servelab.sim.greedy import UNENCODABLE_BODY, Answer, plan_answer
 from servelab.sim.metrics import CONTENT_TYPE, EngineMetrics
 from servelab.sim.parsing import (
     GenerationRequest,
@@ -83,6 +85,9 @@ class SimApp:
         self._reject = frozenset(config.reject_fields)
         self._timing = timing or FixedTiming.from_ms(ttft_ms=config.ttft_ms, itl_ms=config.itl_ms)
         self._faults = FaultPicker(config, worker=worker)
+        self._corruptions = CorruptionPicker(
+            config.corruption, rate=config.corruption_rate, seed=config.seed, worker=worker
+        )
         self._ids = itertools.count()
         self._counters = SimCounters(worker=worker)
         self._truth = TruthLog(record_path) if record_path is not None else None
@@ -187,7 +192,9 @@ class SimApp:
         self._counters.requests_total += 1
         try:
             body = parse_json(await request.read())
-            generation = parse_generation(body, chat=chat, reject_fields=self._reject)
+            generation = parse_generation(
+                body, chat=chat, reject_fields=self._reject, quality=self._corruptions.planted
+            )
         except RequestError as exc:
             info = RequestInfo(request_id, request.path, False, NO_FAULT)
             self._record_unanswered(info, t_recv_ns, exc.status, Outcome.REJECTED)
@@ -216,9 +223,16 @@ class SimApp:
         if transport is None or transport.is_closing():  # left while we read the body
             self._record_unanswered(info, t_recv_ns, 0, Outcome.DISCONNECTED, timed.prompt_tokens)
             return web.Response(status=499)  # never delivered
+        answer = None
+        if generation.quality is not None:  # off the fast path: greedy text, logprobs
+            answer = plan_answer(
+                generation,
+                corruption=self._corruptions.pick(),
+                after_tokens=self._config.corrupt_after_tokens,
+            )
         if generation.stream:
-            return await self._stream(request, transport, generation, info, timed, headers)
-        return await self._answer(request, transport, generation, info, timed, headers)
+            return await self._stream(request, transport, generation, info, timed, headers, answer)
+        return await self._answer(request, transport, generation, info, timed, headers, answer)
 
     async def _stream(
         self,
@@ -228,10 +242,13 @@ class SimApp:
         info: RequestInfo,
         timed: TimedRequest,
         headers: dict[str, str],
+        answer: Answer | None,
     ) -> web.StreamResponse:
-        body = stream_body(
-            generation, config=self._config, request_id=info.request_id, created=int(time.time())
-        )
+        config, request_id, created = self._config, info.request_id, int(time.time())
+        if answer is None:
+            body = stream_body(generation, config=config, request_id=request_id, created=created)
+        else:
+            body = answer.stream_body(config=config, request_id=request_id, created=created)
         response = web.StreamResponse(headers=_SSE_HEADERS | headers)
         response.enable_chunked_encoding()
         await response.prepare(request)  # sends the headers now: a stream answers at once
@@ -259,6 +276,7 @@ class SimApp:
         info: RequestInfo,
         timed: TimedRequest,
         headers: dict[str, str],
+        answer: Answer | None,
     ) -> web.StreamResponse:
         """A non-streaming answer, sent whole when its last token is due."""
         stream = Stream(
@@ -281,18 +299,39 @@ class SimApp:
         except asyncio.CancelledError:
             self._scheduler.finish(stream, Outcome.DISCONNECTED)
             raise
-        body = completion_body(
-            generation,
-            config=self._config,
-            request_id=info.request_id,
-            created=int(time.time()),
-            cached_tokens=stream.cached_tokens,
-        )
+        if answer is not None and answer.unencodable:
+            return await self._unencodable(request, stream, headers)
+        config, request_id, created = self._config, info.request_id, int(time.time())
+        cached = stream.cached_tokens
+        if answer is None:
+            body = completion_body(
+                generation,
+                config=config,
+                request_id=request_id,
+                created=created,
+                cached_tokens=cached,
+            )
+        else:
+            body = answer.completion_body(
+                config=config, request_id=request_id, created=created, cached_tokens=cached
+            )
         response = web.Response(body=body, content_type="application/json", headers=headers)
         self._scheduler.answered(stream, due_ns)
         await response.prepare(request)
         await response.write_eof()
         self._scheduler.finish(stream, Outcome.COMPLETE)
+        return response
+
+    async def _unencodable(
+        self, request: web.Request, stream: Stream, headers: dict[str, str]
+    ) -> web.StreamResponse:
+        """vLLM's 500 for a non-streamed answer holding a NaN logprob: no tokens delivered."""
+        response = web.Response(
+            status=500, body=UNENCODABLE_BODY, content_type="text/plain", headers=headers
+        )
+        await response.prepare(request)
+        await response.write_eof()
+        self._scheduler.finish(stream, Outcome.FAILED)
         return response
 
     def _blocks(self, generation: GenerationRequest) -> RequestBlocks | None:
@@ -348,7 +387,7 @@ class SimApp:
             self._metrics.observe(stream)
         self._record(
             stream.info,
-            status=200 if stream.info.stream or outcome is Outcome.COMPLETE else 0,
+            status=_status(stream.info.stream, outcome),
             outcome=outcome,
             t_recv_ns=stream.timed.t_recv_ns,
             t_done_ns=stream.t_done_ns,
@@ -404,3 +443,10 @@ class SimApp:
             chunk_sent_ns=stream.sent_ns if stream else [],
             chunk_lag_ns=stream.lag_ns if stream else [],
         )
+
+
+def _status(streamed: bool, outcome: Outcome) -> int:
+    """The HTTP status a tracked answer went out with (0: none did)."""
+    if outcome is Outcome.FAILED:
+        return 500
+    return 200 if streamed or outcome is Outcome.COMPLETE else 0

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from servelab.sim.corruption import AFTER_TOKENS_KINDS, Corruption
 from servelab.sim.model_profile import CALIBRATED_PROFILES, PROFILE_DEFAULTS
 from servelab.sim.policy import ENGINE_POLICIES
 from servelab.sim.profiles import PROFILES
@@ -75,7 +76,9 @@ class SimConfig(BaseModel):
     KV of shared prompt prefixes in whole blocks of `block_size` tokens, held in the KV
     capacity (see `servelab.sim.prefix_cache`); in batching a hit saves its prefill.
     Fault rates are per-request probabilities; at most one fault hits a request, so
-    their sum must not exceed 1. `workers > 1` runs that many processes on one port
+    their sum must not exceed 1. Corruption (`corruption`, see `servelab.sim.corruption`)
+    is planted apart from them: a seeded share of answers arrive whole and on time but
+    wrong. `workers > 1` runs that many processes on one port
     (see `servelab.sim.process`); one process sends about 50k chunks/s on one core.
     """
 
@@ -112,7 +115,21 @@ class SimConfig(BaseModel):
     stall_rate: float = Field(
         default=0.0, ge=0, le=1, description="Share that stop sending but stay open."
     )
-    seed: int = Field(default=0, description="Seeds the fault decisions.")
+    seed: int = Field(default=0, description="Seeds the fault and corruption decisions.")
+    corruption: Corruption = Field(
+        default=Corruption.NONE,
+        description="The corruption planted in answers (none by default); planted, every"
+        " request is answered on the quality path.",
+    )
+    corruption_rate: float = Field(
+        default=1.0, ge=0, le=1, description="Share of generation requests corrupted."
+    )
+    corrupt_after_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="wrong-token and nan-logprobs: output tokens left intact before the"
+        " corruption strikes.",
+    )
     record_path: Path | None = Field(
         default=None, description="Truth log (JSONL); with workers > 1 one file per worker."
     )
@@ -239,6 +256,15 @@ class SimConfig(BaseModel):
             raise ValueError(
                 "a batching engine holds one batch in one process: workers must be 1"
                 f" with a step-cost profile, got {self.workers}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _corruption_fits(self) -> SimConfig:
+        if self.corrupt_after_tokens and self.corruption not in AFTER_TOKENS_KINDS:
+            kinds = " and ".join(sorted(AFTER_TOKENS_KINDS))
+            raise ValueError(
+                f"corrupt_after_tokens places {kinds}, not corruption {self.corruption}"
             )
         return self
 

@@ -3,7 +3,9 @@
 A streamed answer is a list of frames, one per text chunk, each already framed as an
 HTTP/1.1 chunk (`size\\r\\n data \\r\\n`) around an SSE event (`data: {json}\\n\\n`).
 Chunks of one request differ only in a few shapes (reasoning or content, first, last),
-so each shape is serialized once and the list holds references to it.
+so each shape is serialized once and the list holds references to it. This is the fast
+path; answers on the quality path (logprobs, greedy text, corruption) are built by
+`servelab.sim.greedy` from the same pieces.
 """
 
 from __future__ import annotations
@@ -25,13 +27,17 @@ __all__ = [
     "MALFORMED_FRAME",
     "TOKEN_TEXT",
     "StreamBody",
+    "choice_chunk",
     "completion_body",
     "http_chunk",
     "models_body",
     "n_chunks",
+    "response_base",
     "server_error_body",
     "server_info_body",
+    "sse_event",
     "stream_body",
+    "usage_fields",
 ]
 
 TOKEN_TEXT = " " + OUTPUT_WORD
@@ -73,13 +79,15 @@ def stream_body(
     request: GenerationRequest, *, config: SimConfig, request_id: str, created: int
 ) -> StreamBody:
     """All frames of one streamed answer."""
-    base = _base(request, config=config, request_id=request_id, created=created, stream=True)
+    base = response_base(
+        request, config=config, request_id=request_id, created=created, stream=True
+    )
     reasoning = config.reasoning_tokens if request.chat else 0
     role_in_head = request.chat and config.role_chunk
     role_in_first = request.chat and not config.role_chunk
     head = b""
     if role_in_head:
-        head = _event(base, [_choice_chunk(True, {"role": "assistant"}, None)])
+        head = sse_event(base, [choice_chunk(True, {"role": "assistant"}, None)])
     count = n_chunks(request.max_tokens, config.tokens_per_chunk)
     encoded: dict[tuple[int, int, bool, bool], bytes] = {}
 
@@ -118,7 +126,9 @@ def completion_body(
 ) -> bytes:
     """The JSON answer of a non-streaming request; `cached_tokens` are its prompt tokens
     the prefix cache supplied."""
-    body = _base(request, config=config, request_id=request_id, created=created, stream=False)
+    body = response_base(
+        request, config=config, request_id=request_id, created=created, stream=False
+    )
     reasoning = min(config.reasoning_tokens, request.max_tokens) if request.chat else 0
     if request.chat:
         message: dict[str, Any] = {
@@ -133,7 +143,7 @@ def completion_body(
     choice |= {"logprobs": None, "finish_reason": FINISH_REASON}
     body["choices"] = [choice]
     if config.send_usage:
-        body["usage"] = _usage(request, config, cached_tokens)
+        body["usage"] = usage_fields(request, config, cached_tokens)
     return orjson.dumps(body)
 
 
@@ -180,9 +190,10 @@ def server_info_body(config: SimConfig, *, kv_capacity_tokens: int | None) -> by
     return orjson.dumps(info)
 
 
-def _base(
+def response_base(
     request: GenerationRequest, *, config: SimConfig, request_id: str, created: int, stream: bool
 ) -> dict[str, Any]:
+    """The fields every answer and chunk of one request share: id, object, created, model."""
     if request.chat:
         response_id = f"chatcmpl-{request_id}"
         kind = "chat.completion.chunk" if stream else "chat.completion"
@@ -206,27 +217,32 @@ def _text_frame(
             delta["reasoning_content"] = TOKEN_TEXT * n_reasoning
         if n_content:
             delta["content"] = TOKEN_TEXT * n_content
-        choice = _choice_chunk(True, delta, finish)
+        choice = choice_chunk(True, delta, finish)
     else:
-        choice = _choice_chunk(False, TOKEN_TEXT * n_content, finish)
-    frame = _event(base, [choice])
+        choice = choice_chunk(False, TOKEN_TEXT * n_content, finish)
+    frame = sse_event(base, [choice])
     if not last:
         return frame
     if request.include_usage and config.send_usage:
-        frame += _event(base, [], usage=_usage(request, config, cached_tokens))
+        frame += sse_event(base, [], usage=usage_fields(request, config, cached_tokens))
     return frame + http_chunk(DONE_EVENT)
 
 
-def _choice_chunk(chat: bool, delta: dict[str, str] | str, finish: str | None) -> dict[str, Any]:
+def choice_chunk(chat: bool, delta: dict[str, Any] | str, finish: str | None) -> dict[str, Any]:
+    """One streamed choice: a chat delta or a completion's text, without logprobs."""
     key = "delta" if chat else "text"
     return {"index": 0, key: delta, "logprobs": None, "finish_reason": finish}
 
 
-def _event(base: dict[str, Any], choices: list[dict[str, Any]], **extra: Any) -> bytes:
+def sse_event(base: dict[str, Any], choices: list[dict[str, Any]], **extra: Any) -> bytes:
+    """One SSE event in one HTTP chunk; orjson writes a NaN as null, as pydantic does."""
     return http_chunk(b"data: " + orjson.dumps({**base, "choices": choices, **extra}) + b"\n\n")
 
 
-def _usage(request: GenerationRequest, config: SimConfig, cached_tokens: int) -> dict[str, Any]:
+def usage_fields(
+    request: GenerationRequest, config: SimConfig, cached_tokens: int
+) -> dict[str, Any]:
+    """The usage object: every requested token is generated (no early stop)."""
     usage: dict[str, Any] = {
         "prompt_tokens": request.prompt_tokens,
         "completion_tokens": request.max_tokens,

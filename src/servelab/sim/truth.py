@@ -30,7 +30,8 @@ class Outcome(StrEnum):
     REJECTED = "rejected"
     """Answered 4xx: a rejected field or an invalid body."""
     FAILED = "failed"
-    """Answered 500 by the fail fault."""
+    """Answered 500: the fail fault, or a non-streamed answer holding a NaN logprob
+    (the nan-logprobs corruption), which vLLM cannot encode."""
     DROPPED = "dropped"
     """Connection aborted mid-stream by the drop fault."""
     DISCONNECTED = "client_disconnected"
