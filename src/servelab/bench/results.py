@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from servelab.bench.capacity_results import CapacityResult
 from servelab.bench.cost_results import LevelCost, Price
 from servelab.bench.prefix import PrefixCacheLevel
+from servelab.bench.quality.results import QualityBlock
 from servelab.bench.turns import TurnStats
 from servelab.engines.server_info import ServerInfo
 from servelab.telemetry.process_cpu import EngineCpu
@@ -366,4 +367,9 @@ class BenchSummary(BaseModel):
         description="What the deployment costs an hour (--gpu-hour-price x its GPUs, or "
         "--machine-hour-price), with where the price and the GPU count came from; None when "
         "no price was given.",
+    )
+    quality: QualityBlock | None = Field(
+        default=None,
+        description="`--quality`: each comparison's verdict and primary metric, the quality "
+        "errors and the probe's time (the whole result is quality.json); None when not probed.",
     )

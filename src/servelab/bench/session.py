@@ -35,6 +35,7 @@ from servelab.bench.prefix import block_tokens_from, prefix_cache_level
 from servelab.bench.preflight import Preflight, run_preflight
 from servelab.bench.profile import ProfilePlan, ProfileWindow
 from servelab.bench.profile_summary import PROFILE_FILE, TRACE_SUMMARY_FILE, summarize_profile
+from servelab.bench.quality.plan import QualityPlan
 from servelab.bench.records import ErrorKind, RequestRecord
 from servelab.bench.results import BenchSummary, LevelSummary, RunInfo, RunStatus
 from servelab.bench.runner import run_level
@@ -124,6 +125,8 @@ class BenchConfig:
     """Run the client's workers on a Ray cluster's nodes (bench.cluster), not this machine."""
     price: Price | None = None
     """What the deployment costs an hour: each level's tokens are priced at it (bench.cost)."""
+    quality: QualityPlan | None = None
+    """Probe the output's quality beside the sweep (bench.quality): None, not probed."""
 
 
 class LogSamples(Protocol):

@@ -39,7 +39,7 @@ __all__ = [
     "write_quality",
 ]
 
-SCHEMA = "servelab.bench.quality/1"
+SCHEMA = "servelab.quality/1"
 QUALITY_FILE = "quality.json"
 """QualityResult of the run."""
 PROBES_FILE = "quality_probes.jsonl"
