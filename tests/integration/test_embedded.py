@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from servelab.bench.knee import find_knee
+from servelab.bench.quality.plan import QualityPlan
+from servelab.bench.quality.results import load_quality
 from servelab.bench.results import LevelSummary
 from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.workload import WorkloadSpec
@@ -71,6 +73,42 @@ def test_sweep_on_the_embedded_engine_is_exact(embedded: RunningEngine, tmp_path
     # exact inputs: the server's count is the prompt plus the same chat-template overhead
     assert all(r["input_tokens_target"] == 64 for r in measured)
     assert len({r["prompt_tokens"] - r["input_tokens_target"] for r in measured}) == 1
+
+
+def test_quality_on_the_embedded_engine_reports_greedy_agreement_without_logprobs(
+    embedded: RunningEngine, tmp_path: Path
+):
+    """transformers serve rejects `logprobs`: the probe compares greedy answers only, and
+    says why it has no logprobs."""
+    config = BenchConfig(
+        url=embedded.url,
+        model=embedded.spec.served_name,
+        pinning_fields=embedded.adapter.pinning_fields,
+        has_tokenize=embedded.adapter.has_tokenize,
+        engine="embedded",
+        levels=[2],
+        num_requests=4,
+        warmup=0,
+        workload=WorkloadSpec(input_len=16, output_len=8),
+        out=tmp_path / "run",
+        quality=QualityPlan(prompts=3),  # one probe of each length class
+    )
+    summary = run_bench(config).summary
+    quality = load_quality(tmp_path / "run")
+    assert quality is not None and quality.engine == "transformers"
+    assert not quality.logprobs_available
+    assert quality.logprobs_reason == "transformers serve rejects `logprobs`"
+    assert quality.forced_method is None and quality.errors == {}
+    kinds = {c.kind: c for c in quality.comparisons}
+    assert set(kinds) == {"determinism", "batch_invariance"}
+    for comparison in kinds.values():
+        m = comparison.metrics
+        assert comparison.primary_metric == "divergence_share"
+        assert m.probes == 3 and m.forced_tokens == 0 and m.mean_abs_dlogprob is None
+        assert 0 <= m.exact_match_rate <= 1 and m.median_first_divergence is not None
+        assert comparison.verdict in ("within_floor", "drift")
+    assert summary.quality is not None and summary.quality.logprobs_available is False
+    assert summary.levels[0].quality_probes == 3
 
 
 def _gpus_nvml_sees() -> int:

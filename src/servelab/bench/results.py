@@ -286,6 +286,13 @@ class LevelSummary(BaseModel):
         "where no price was given or no power sampled. None in runs from before it was "
         "recorded.",
     )
+    quality_probes: int | None = Field(
+        default=None,
+        description="`--quality`: probes of the quality probe's loaded pass answered beside "
+        "this level's measured requests, through the probe's own client: in none of the "
+        "level's counts or metrics (quality.json's loaded_level names this level). None when "
+        "no pass ran beside it.",
+    )
     notes: list[str] = Field(default_factory=list, description="Caveats about this level.")
 
 

@@ -3,6 +3,9 @@
 `run_bench` writes as it goes: requests.jsonl grows with every batch of finished
 requests, summary.json is replaced after every level, and the catalogue row is
 updated at the start and the end. Ctrl-C keeps all of it and raises `Interrupted`.
+
+With `quality` (bench.quality), the probe's passes run around the sweep: one before it,
+one beside its heaviest level, one after it (quality.session says where and how).
 """
 
 from __future__ import annotations
@@ -35,7 +38,10 @@ from servelab.bench.prefix import block_tokens_from, prefix_cache_level
 from servelab.bench.preflight import Preflight, run_preflight
 from servelab.bench.profile import ProfilePlan, ProfileWindow
 from servelab.bench.profile_summary import PROFILE_FILE, TRACE_SUMMARY_FILE, summarize_profile
-from servelab.bench.quality.plan import QualityPlan
+from servelab.bench.quality.client import QualityTarget
+from servelab.bench.quality.plan import QualityPlan, load_reference
+from servelab.bench.quality.results import LoadedBeside, QualityResult
+from servelab.bench.quality.session import QualitySession, quality_engine
 from servelab.bench.records import ErrorKind, RequestRecord
 from servelab.bench.results import BenchSummary, LevelSummary, RunInfo, RunStatus
 from servelab.bench.runner import run_level
@@ -74,6 +80,8 @@ whose noise band (blocks of N requests, bench.noise) can be drawn."""
 _OPEN_LOOP_SECONDS = 30
 _MIN_POOL = 256
 _MAX_POOL = 8192
+_REPLAY_MAX_S = 600.0
+"""The longest a level's load is replayed beside the loaded pass (it ends with the pass)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,10 +199,12 @@ class _Session:
         self.telemetry: TelemetrySession | None = None
         self.sent = SentPrompts()
         self.fleet: ClientFleet | None = None
+        self.quality: QualitySession | None = None
 
     def run(self, run_dir: RunDir | None) -> BenchOutcome:
         config = self.config
         _register_header_secrets(config.headers)
+        reference = load_reference(config.quality) if config.quality is not None else None
         preflight = run_preflight(
             self._endpoint(),
             try_fields=PINNING_FIELDS if config.pinning_fields is None else config.pinning_fields,
@@ -211,6 +221,7 @@ class _Session:
             )
             self.on_event(Notice(f"results go to {self.run_dir.path}"))
             try:
+                self.quality = self._quality_session(preflight, reference)
                 if not (config.gpus or config.metrics_url):
                     return self._run_levels(preflight, counter)
                 with TelemetrySession(
@@ -218,7 +229,32 @@ class _Session:
                 ) as self.telemetry:
                     return self._run_levels(preflight, counter)
             finally:
+                if self.quality is not None:
+                    self.quality.close()
                 self.run_dir.close()
+
+    def _quality_session(
+        self, preflight: Preflight, reference: QualityResult | None
+    ) -> QualitySession | None:
+        """The quality probe's client, aimed where the load goes, in the engine's dialect."""
+        plan = self.config.quality
+        if plan is None:
+            return None
+        e = preflight.endpoint
+        target = QualityTarget(
+            base_url=e.base_url,
+            model=e.model,
+            engine=quality_engine(self.config.engine),
+            api=e.api,
+            headers=e.headers,
+        )
+        return QualitySession(
+            plan,
+            target=target,
+            run_dir=self.run_dir,
+            reference=reference,
+            on_note=lambda message: self.on_event(Notice(message)),
+        )
 
     def _cluster(self, preflight: Preflight) -> AbstractContextManager[ClientFleet | None]:
         """The cluster's workers for the whole run (Ray loads only here), else nothing."""
@@ -229,6 +265,8 @@ class _Session:
     def _run_levels(self, preflight: Preflight, counter: TokenCounter | None) -> BenchOutcome:
         self._save("running")
         try:
+            if self.quality is not None:
+                self.quality.before()
             while (spec := self._next_spec()) is not None:
                 level = self._run_level(spec, preflight, counter)
                 self.levels.append(level)
@@ -243,6 +281,8 @@ class _Session:
                 if self.fleet is not None and (stop := self.fleet.sweep_stop(level)):
                     self.stop = stop
                     break
+            if self.quality is not None:
+                self._quality_after(preflight, counter)
         except KeyboardInterrupt:
             self._save("interrupted")
             raise Interrupted("interrupted", run_dir=str(self.run_dir.path)) from None
@@ -365,6 +405,9 @@ class _Session:
         on_event = self.on_event
         if window is not None:
             on_event = _starting(window, self.on_event)
+        loaded = self.quality is not None and spec.index == self._heaviest_index()
+        if loaded:
+            on_event = self._with_loaded_pass(spec, on_event, "level")
         meter = self._engine_cpu_meter()
         if meter is not None:
             meter.start()
@@ -383,14 +426,24 @@ class _Session:
         )
         if self._engine_exit_code() is not None:
             _blame_the_engine(outcome.records)
+        notes = _level_notes(outcome.records)
+        probed = None
+        if loaded and self.quality is not None and self.quality.loaded_started:
+            probed = len(self.quality.probes)
+            notes.append(
+                f"the quality probe's loaded pass ({probed} probes) ran beside this level, "
+                "its requests in none of the level's metrics"
+            )
+            if not outcome.interrupted:
+                self.quality.finish_loaded()
         summary = compute_level(
             outcome.records,
             level=spec,
             workers=outcome.workers,
             slo_ms=c.slo_ms,
             interrupted=outcome.interrupted,
-            notes=_level_notes(outcome.records),
-        )
+            notes=notes,
+        ).model_copy(update={"quality_probes": probed})
         if self.capacity is not None and not outcome.interrupted:
             judged = self.capacity.measured(summary, outcome.records)
             self.on_event(Notice(self.capacity.level_text(judged)))
@@ -403,6 +456,96 @@ class _Session:
         pool = None if sessions is not None else len(items)
         summary = self._with_prefix_cache(summary, outcome.records, preflight, pool=pool)
         return summary.model_copy(update={"cost": level_cost(summary, c.price)})
+
+    def _heaviest_index(self) -> int | None:
+        """The level the loaded pass runs beside: a fixed list's largest (its first); None
+        for an adaptive sweep or a capacity search, whose last level is known only after it."""
+        c = self.config
+        if c.capacity is not None:
+            return None
+        fixed = list(c.sweep.fixed) if c.sweep is not None else c.levels
+        if not fixed:
+            return None
+        return max(range(len(fixed)), key=fixed.__getitem__)
+
+    def _with_loaded_pass(
+        self, spec: LevelSpec, on_event: Callable[[BenchEvent], None], beside: LoadedBeside
+    ) -> Callable[[BenchEvent], None]:
+        """`on_event` that also starts the loaded pass when the level's measured load starts."""
+        quality = self.quality
+        assert quality is not None
+
+        def forward(event: BenchEvent) -> None:
+            if isinstance(event, LevelStarted) and not event.warmup:
+                quality.start_loaded(spec.index, beside)
+            on_event(event)
+
+        return forward
+
+    def _quality_after(self, preflight: Preflight, counter: TokenCounter | None) -> None:
+        """The loaded pass where no level carried it, then the after pass."""
+        assert self.quality is not None
+        if self.quality.can_load and self.levels:
+            self._replay_beside_loaded_pass(preflight, counter)
+        self.quality.after()
+        self._save("running")
+
+    def _replay_beside_loaded_pass(
+        self, preflight: Preflight, counter: TokenCounter | None
+    ) -> None:
+        """An adaptive sweep's or capacity search's last level is known once it has run, so
+        the loaded pass runs after the sweep, beside that level's load sent again for as
+        long as the pass takes: measured nowhere, so no level is disturbed. A fixed sweep
+        stopped before its heaviest level gets the same, at its heaviest level run."""
+        assert self.quality is not None
+        c = self.config
+        last = (
+            self.levels[-1]
+            if self.capacity is not None
+            else max(reversed(self.levels), key=_load_of)
+        )
+        spec = LevelSpec(
+            index=last.level,
+            mode=c.mode,
+            value=_load_of(last),
+            num_requests=None,
+            duration_s=_REPLAY_MAX_S,
+            warmup=0,
+            burstiness=c.burstiness,
+        )
+        items = build_requests(
+            c.workload,
+            self._pool_size(spec),
+            counter=counter,
+            calibration=preflight.calibration,
+            salt=20_000 + spec.index,
+        )
+        quality = self.quality
+        self.on_event(
+            Notice(
+                f"quality: level {spec.index}'s load sent again, unmeasured, for the loaded pass"
+            )
+        )
+
+        def done() -> str | None:
+            return "the loaded pass is done" if quality.loaded_done() else self._engine_gone()
+
+        outcome = run_level(
+            spec,
+            endpoint=preflight.endpoint,
+            items=items,
+            warmup_items=[],
+            workers=c.workers,
+            seed=c.workload.seed,
+            on_records=lambda _batch: None,
+            on_event=self._with_loaded_pass(spec, lambda _event: None, "replay"),
+            stop_when=done,
+            sessions=self._sessions(spec, preflight, counter),
+            cluster=self.fleet,
+        )
+        if outcome.interrupted:
+            raise KeyboardInterrupt
+        quality.finish_loaded()
 
     def _sessions(
         self, spec: LevelSpec, preflight: Preflight, counter: TokenCounter | None
@@ -549,6 +692,7 @@ class _Session:
             sweep_stop=self.stop,
             capacity=self.capacity.result() if self.capacity is not None else None,
             price=self.config.price,
+            quality=self.quality.block() if self.quality is not None else None,
         )
         self.run_dir.write_summary(summary)
         best = max(self.levels, key=lambda s: s.output_throughput, default=None)
@@ -616,6 +760,13 @@ def _register_header_secrets(headers: dict[str, str]) -> None:
 def _drawn_arrivals(config: BenchConfig) -> bool:
     """Open loop with gamma-distributed arrivals, not a trace's own."""
     return config.mode is LoadMode.REQUEST_RATE and config.workload.replay is None
+
+
+def _load_of(level: LevelSummary) -> float:
+    """A level's concurrency (closed loop) or request rate (open loop)."""
+    if level.max_concurrency is not None:
+        return float(level.max_concurrency)
+    return level.request_rate or 0.0
 
 
 def _level_notes(records: list[RequestRecord]) -> list[str]:

@@ -17,6 +17,7 @@ from servelab.bench.cost import resolve_price
 from servelab.bench.endpoint import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, Api
 from servelab.bench.load import LoadMode
 from servelab.bench.profile import ProfilePlan
+from servelab.bench.quality.results import load_quality
 from servelab.bench.results import BenchSummary
 from servelab.bench.session import DEFAULT_WARMUP, BenchConfig, run_bench
 from servelab.bench.traces import load_replay, parse_window
@@ -45,6 +46,8 @@ from servelab.cli.options import (
     parse_url,
 )
 from servelab.cli.progress import SweepView
+from servelab.cli.quality_options import QualityOptions
+from servelab.cli.quality_table import quality_lines, render_quality
 from servelab.cli.shared_options import SharedOptions
 from servelab.core.errors import ConfigError, ServelabError
 from servelab.core.units import parse_duration_s, parse_number_list, parse_slos
@@ -55,7 +58,7 @@ from servelab.report.cost import cost_lines, slo_rule
 from servelab.report.diagnosis import render_diagnosis, top_finding_lines
 from servelab.report.tables import render_sweep
 
-__all__ = ["bench", "print_failures"]
+__all__ = ["bench", "print_failures", "print_quality"]
 
 
 # `servelab run` has options of these names that differ on purpose; cli/run.py says how.
@@ -190,6 +193,7 @@ def bench(
         ),
     ] = None,
     shared: SharedOptions,
+    quality: QualityOptions,
     extra_body: Annotated[
         str | None, typer.Option(help="JSON object merged into every request body.")
     ] = None,
@@ -285,6 +289,7 @@ def bench(
             check_tokenizer(tokenizer)
         base_url = parse_url(url or "http://127.0.0.1")
         gpus = shared.telemetry_gpus()
+        quality_plan = quality.plan()
         given = shared.price("servelab bench")
         price = resolve_price(given, spec=spec, gpus=gpus) if given is not None else None
         config = BenchConfig(
@@ -320,6 +325,7 @@ def bench(
                 else None
             ),
             price=price,
+            quality=quality_plan,
         )
         attached = attached_log(engine_log.engine_log, engine_log.engine, url=url)
         with SweepView(err) as view:
@@ -336,6 +342,7 @@ def bench(
             out_console.print(render_sweep(summary.levels))
             for line in cost_lines(summary, meets=slo_rule(summary)):
                 out_console.print(escape(line), highlight=False, soft_wrap=True)
+            print_quality(out_console, outcome.run_dir)
         print_failures(err, summary)
         err.print(f"results: {escape(str(outcome.run_dir))}", highlight=False)
         if spec is not None:
@@ -371,6 +378,16 @@ def print_failures(err: Console, summary: BenchSummary) -> None:
             escape(f"{n} request{'s' if n > 1 else ''} failed ({kind}): {examples[kind]}"),
             highlight=False,
         )
+
+
+def print_quality(console: Console, run_dir: Path) -> None:
+    """The Quality table and its lines, where the run probed quality."""
+    result = load_quality(run_dir)
+    if result is None:
+        return
+    console.print(render_quality(result))
+    for line in quality_lines(result):
+        console.print(escape(line), highlight=False, soft_wrap=True)
 
 
 def _conversation(

@@ -19,7 +19,7 @@ from servelab.bench.capacity import (
 from servelab.bench.load import LoadMode
 from servelab.bench.sweep import DEFAULT_MAX_CONCURRENCY
 from servelab.bench.workload import parse_dataset
-from servelab.cli.bench import print_failures
+from servelab.cli.bench import print_failures, print_quality
 from servelab.cli.engine_log_options import EngineLogOptions
 from servelab.cli.exit_codes import exit_for_levels, handle_errors
 from servelab.cli.option_groups import with_option_groups
@@ -36,6 +36,7 @@ from servelab.cli.options import (
     parse_url,
 )
 from servelab.cli.progress import SweepView
+from servelab.cli.quality_options import QualityOptions
 from servelab.cli.report import Targets, Title
 from servelab.cli.shared_options import SharedOptions
 from servelab.core.errors import ConfigError
@@ -146,6 +147,7 @@ def run(
     num_requests: NumRequests = None,
     duration: Duration = None,
     shared: SharedOptions,
+    quality: QualityOptions,
     metrics: ScrapeMetrics = True,
     torch_profile: Annotated[
         int | None,
@@ -206,6 +208,7 @@ def run(
         check_range("--num-requests", num_requests, low=1)
         if num_requests is not None and duration is not None:
             raise ConfigError("give --num-requests or --duration, not both")
+        quality_plan = quality.plan()  # before the engine starts: a bad --quality-ref is one line
         config = RunConfig(
             url=parse_url(url) if url else None,
             engine_log=engine_log.engine_log,
@@ -239,6 +242,7 @@ def run(
             targets=[parse_target(t) for t in target or []],
             title=title,
             price=shared.price("servelab run"),
+            quality=quality_plan,
         )
         with SweepView(err) as view:
             result = run_pipeline(config, on_event=view)
@@ -258,6 +262,7 @@ def run(
                 )
             for line in cost_lines(result.summary, meets=slo_rule(result.summary)):
                 out_console.print(escape(line), highlight=False, soft_wrap=True)
+            print_quality(out_console, result.run_dir)
         print_failures(err, result.summary)
         err.print(f"report: {escape(str(result.report.html))}", highlight=False, soft_wrap=True)
         err.print(

@@ -19,6 +19,7 @@ from servelab.bench.cost_results import HourlyPrice
 from servelab.bench.events import BenchEvent, Notice
 from servelab.bench.load import LoadMode
 from servelab.bench.profile import ProfilePlan
+from servelab.bench.quality.plan import QualityPlan
 from servelab.bench.results import BenchSummary
 from servelab.bench.session import BenchConfig, run_bench
 from servelab.bench.sweep import DEFAULT_MAX_CONCURRENCY, SweepPlan
@@ -123,6 +124,8 @@ class RunConfig:
     """Run the client's workers on a Ray cluster's nodes (bench.cluster)."""
     price: HourlyPrice | None = None
     """What the deployment costs an hour; its GPU count from the spec, `gpus` or the probe."""
+    quality: QualityPlan | None = None
+    """Probe the output's quality beside the sweep (bench.quality); None: not probed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +303,7 @@ def _bench_config(config: RunConfig, name: str, plan: SweepPlan | None) -> Bench
         applies=config.applies,
         gpus=config.gpus,
         cluster=config.cluster,
+        quality=config.quality,
     )
 
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULT_PROMPTS", "DEFAULT_SEED", "QualityPlan"]
+from servelab.bench.quality.probes import Probe, make_probes, probe_set_digest
+from servelab.bench.quality.results import QualityResult, load_quality
+from servelab.core.errors import ConfigError
+
+__all__ = ["DEFAULT_PROMPTS", "DEFAULT_SEED", "QualityPlan", "load_reference", "quality_plan"]
 
 DEFAULT_PROMPTS = 32
 """Enough probes for the bootstrap to resolve a drift on a few of them, few enough that
@@ -22,3 +26,54 @@ class QualityPlan:
     seed: int = DEFAULT_SEED
     reference: Path | None = None
     """A run directory whose quality.json holds the same probe set (`--quality-ref`)."""
+
+    def probes(self) -> list[Probe]:
+        return make_probes(self.prompts, seed=self.seed)
+
+
+def quality_plan(
+    *, enabled: bool, prompts: int | None = None, reference: Path | None = None
+) -> QualityPlan | None:
+    """The plan the three options ask for (either of the last two implies the first), checked.
+
+    Without `prompts`, a reference run's own probe count and seed are used, so that
+    `--quality-ref RUN` alone replays RUN's probe set. A ConfigError when RUN has no
+    quality.json or probed another set.
+    """
+    if not (enabled or prompts is not None or reference is not None):
+        return None
+    if prompts is not None and prompts < 1:
+        raise ConfigError(f"--quality-prompts must be at least 1, not {prompts}")
+    plan = QualityPlan(prompts=prompts or DEFAULT_PROMPTS, reference=reference)
+    if reference is not None and prompts is None:
+        ref = _load(reference)
+        plan = QualityPlan(prompts=ref.n_probes, seed=ref.seed, reference=reference)
+    load_reference(plan)
+    return plan
+
+
+def load_reference(plan: QualityPlan) -> QualityResult | None:
+    """The reference run's quality.json, checked to hold this plan's probe set; None
+    without a reference."""
+    if plan.reference is None:
+        return None
+    ref = _load(plan.reference)
+    if ref.probe_set_digest != probe_set_digest(plan.probes()):
+        raise ConfigError(
+            f"--quality-ref {plan.reference}: its probe set ({ref.n_probes} probes, seed "
+            f"{ref.seed}) is not this run's ({plan.prompts} probes, seed {plan.seed})",
+            hint="leave out --quality-prompts to replay the reference's probe set",
+        )
+    return ref
+
+
+def _load(reference: Path) -> QualityResult:
+    if not reference.is_dir():
+        raise ConfigError(f"--quality-ref {reference}: no such run directory")
+    ref = load_quality(reference)
+    if ref is None:
+        raise ConfigError(
+            f"--quality-ref {reference}: the run has no quality.json",
+            hint="the reference run must have been run with --quality",
+        )
+    return ref

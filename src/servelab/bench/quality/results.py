@@ -24,6 +24,7 @@ __all__ = [
     "ForcedMethod",
     "ForcedReading",
     "ForcedSet",
+    "LoadedBeside",
     "PrimaryMetric",
     "ProbeReading",
     "QualityBlock",
@@ -66,6 +67,7 @@ ForcedMethod = Literal["prompt_logprobs", "sglang_generate", "echo"]
 ComparisonKind = Literal["determinism", "batch_invariance", "configuration"]
 PrimaryMetric = Literal["mean_abs_dlogprob", "divergence_share"]
 Verdict = Literal["within_floor", "drift", "broken"]
+LoadedBeside = Literal["level", "replay"]
 
 _NAN = "NaN and ±inf are written as the strings 'NaN', 'Infinity', '-Infinity'."
 
@@ -286,6 +288,27 @@ class QualityResult(_Model):
         default_factory=dict, description="Quality errors of every pass, by kind."
     )
     probe_s: float = Field(description="Wall time of the probe's passes together, in s.")
+    loaded_level: int | None = Field(
+        default=None,
+        description="The sweep level (its `level` index in summary.json) the loaded pass ran "
+        "beside; None when no loaded pass ran.",
+    )
+    loaded_beside: LoadedBeside | None = Field(
+        default=None,
+        description="'level': during that level's measured requests (a fixed sweep's "
+        "heaviest); 'replay': after the sweep, beside that level's load sent again unmeasured "
+        "(an adaptive sweep or a capacity search, whose last level is known only once run).",
+    )
+    loaded_overlap_share: float | None = Field(
+        default=None,
+        description="Share of the loaded pass's wall time that the load ran beside it, in "
+        "[0, 1]; below 1 the rest of the pass ran unloaded.",
+    )
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What went wrong with the probe itself (a pass that could not run), and "
+        "a loaded pass that outlasted its load.",
+    )
 
 
 class QualityBlock(_Model):
@@ -301,6 +324,9 @@ class QualityBlock(_Model):
     errors: int = Field(description="Quality errors of every pass, all kinds together.")
     logprobs_available: bool = Field(description="As in quality.json.")
     probe_s: float = Field(description="Wall time of the probe's passes together, in s.")
+    loaded_level: int | None = Field(
+        default=None, description="The level the loaded pass ran beside, as in quality.json."
+    )
 
 
 def quality_block(result: QualityResult) -> QualityBlock:
@@ -312,6 +338,7 @@ def quality_block(result: QualityResult) -> QualityBlock:
         errors=sum(result.errors.values()),
         logprobs_available=result.logprobs_available,
         probe_s=result.probe_s,
+        loaded_level=result.loaded_level,
     )
 
 
