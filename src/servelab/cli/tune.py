@@ -131,6 +131,16 @@ def run(
             "largest best / default over the N pairs); kept in confirm.json and study.json.",
         ),
     ] = 0,
+    quality_tolerance: Annotated[
+        float | None,
+        typer.Option(
+            help="Keep only right answers: probe every trial's output quality against the "
+            "default trial's and make a trial whose answers move beyond this infeasible. In "
+            "nats of mean |Δlogprob| per teacher-forced token (a share of probes whose greedy "
+            "answer differs, where the engine gives no logprobs); sets the space file's "
+            "quality.tolerance (docs/TUNE.md, 'Only right answers').",
+        ),
+    ] = None,
     no_report: NoReport = False,
     json_output: Json = False,
 ) -> None:
@@ -143,7 +153,7 @@ def run(
     on a Ray cluster's nodes. Exit codes: 0 a best trial; 3 no trial met the constraints;
     2 bad input; 130 interrupted (finished trials kept).
     """
-    from servelab.tune.space import load_space
+    from servelab.tune.space import load_space, with_quality_tolerance
 
     err = Console(stderr=True)
     with handle_errors(err):
@@ -152,6 +162,8 @@ def run(
         space = load_space(space_file)
         if study is not None:
             space = space.model_copy(update={"name": _study_name(study)})
+        if quality_tolerance is not None:
+            space = with_quality_tolerance(space, quality_tolerance)
         config = worker.config(storage, shared, at)
         if confirm:
             from dataclasses import replace
@@ -229,6 +241,9 @@ def render_trials(result: StudyResult) -> Table:
         table.add_column(name.removeprefix("knobs."))
     for objective in result.objectives:
         table.add_column(f"{objective.label} ({objective.unit})", justify="right")
+    quality = result.quality_tolerance is not None
+    if quality:
+        table.add_column("quality vs default", justify="right")
     table.add_column("why")
     best = set(result.best)
     for trial in result.trials:
@@ -240,6 +255,7 @@ def render_trials(result: StudyResult) -> Table:
             *(_cell(trial.params.get(name, "")) for name in names),
             *(_value(v) for v in values),
             *([""] * (len(result.objectives) - len(values))),
+            *([trial.quality.cell() if trial.quality else "-"] if quality else []),
             escape(trial.reason or ""),
         ]
         table.add_row(*cells)

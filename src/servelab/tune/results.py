@@ -24,6 +24,7 @@ __all__ = [
     "ObjectiveSpec",
     "ParamValue",
     "StudyResult",
+    "TrialQuality",
     "TrialRole",
     "TrialRow",
     "TrialState",
@@ -155,6 +156,55 @@ class TwinForecast(BaseModel):
         return f"{said}; measured {measured:,.4g}{band}: {self.verdict(measured)}"
 
 
+class TrialQuality(BaseModel):
+    """A trial's answers against the default trial's, judged by the study's tolerance
+    (tune.quality's rule; docs/TUNE.md "Only right answers")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reference_trial: int | None = Field(
+        description="The default trial whose pass is the reference; None on the default itself."
+    )
+    verdict: Literal["within_floor", "drift", "broken"] | None = Field(
+        default=None,
+        description="The configuration comparison's verdict; None on the default (the "
+        "reference) or where nothing was compared.",
+    )
+    primary_metric: Literal["mean_abs_dlogprob", "divergence_share"] | None = Field(
+        default=None,
+        description="The metric the verdict and the tolerance read: mean |Δlogprob| (nats) "
+        "where there are logprobs, else the share of probes whose greedy answer differs.",
+    )
+    primary_value: float | None = Field(default=None, description="Its value (larger: worse).")
+    interval_low: float | None = Field(
+        default=None, description="The lower end of its bootstrap interval over the probes."
+    )
+    floor: float | None = Field(
+        default=None, description="The larger of its epsilon and both runs' self-difference."
+    )
+    divergence_share: float | None = Field(
+        default=None,
+        description="Share of probes whose greedy answer differs from the default's.",
+    )
+    errors: dict[str, int] = Field(
+        default_factory=dict, description="Quality errors by kind (this trial's passes)."
+    )
+    accepted: bool = Field(description="Within the tolerance: the trial may be the best.")
+    reason: str = Field(description="The judgement in one line, with its numbers.")
+
+    def cell(self) -> str:
+        """'drift 0.0123 nats', 'within_floor 0.25 share', 'broken', 'reference', and for
+        answers that moved while the logprobs did not, 'greedy drift 1 share'."""
+        if self.verdict is None:
+            return "reference" if self.reference_trial is None and self.accepted else "not judged"
+        if self.verdict == "broken" or self.primary_value is None:
+            return self.verdict
+        if self.verdict == "within_floor" and not self.accepted and self.divergence_share:
+            return f"greedy drift {self.divergence_share:.3g} share"
+        unit = "nats" if self.primary_metric == "mean_abs_dlogprob" else "share"
+        return f"{self.verdict} {self.primary_value:.3g} {unit}"
+
+
 class TrialRow(BaseModel):
     """One trial: what it set, what it measured, where its run directory is."""
 
@@ -195,6 +245,10 @@ class TrialRow(BaseModel):
     twin: TwinForecast | None = Field(
         default=None,
         description="The objective predicted before launch by a finished trial's twin.",
+    )
+    quality: TrialQuality | None = Field(
+        default=None,
+        description="With a quality tolerance: the trial's answers against the default's.",
     )
 
     @field_validator("model", mode="before")
@@ -278,6 +332,12 @@ class StudyResult(BaseModel):
     workload: str = Field(description="The workload and load, in words.")
     objectives: list[ObjectiveSpec]
     constraints: list[str] = Field(default_factory=list)
+    quality_tolerance: float | None = Field(
+        default=None,
+        description="`quality.tolerance`: how far a trial's answers may move from the "
+        "default's, in the unit of the configuration comparison's primary metric; None: "
+        "quality not probed.",
+    )
     sampler: str = Field(description="tpe, grid, or nsga2 (two objectives).")
     trials: list[TrialRow]
     best: list[int] = Field(

@@ -17,6 +17,7 @@
     load: {concurrency: [1, 128], duration: 20s}
     objective: total_throughput@128  # or [total_throughput@128, single_stream_tok_s]
     constraints: ["p99_ttft_ms <= 2000", "error_rate <= 0.01"]
+    quality: {tolerance: 0.01, prompts: 32}   # keep only right answers (tune.quality)
     trials: 12
 
 `objective: capacity` searches, in each trial, the highest load that meets `slo` for
@@ -40,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from servelab.bench.capacity import DEFAULT_ATTAINMENT
 from servelab.bench.load import LoadMode
+from servelab.bench.quality.plan import DEFAULT_PROMPTS, DEFAULT_SEED
 from servelab.bench.workload import WorkloadSpec, parse_dataset
 from servelab.core.errors import ConfigError
 from servelab.core.redact import (
@@ -56,15 +58,25 @@ from servelab.engines.base import LAYOUT_NAMES, EngineSpec
 from servelab.engines.spec import load_spec, parse_spec
 from servelab.tune.load import LoadPlan
 from servelab.tune.params import Param, param_from_yaml
+from servelab.tune.quality import MIN_PROMPTS, QualitySpec
 from servelab.tune.results import ObjectiveSpec
 from servelab.tune.targets import CAPACITY, COST, Constraint, parse_constraint, parse_objective
 
-__all__ = ["DEFAULT_TRIALS", "LoadPlan", "SearchSpace", "load_space", "parse_space"]
+__all__ = [
+    "DEFAULT_TRIALS",
+    "LoadPlan",
+    "SearchSpace",
+    "load_space",
+    "parse_space",
+    "with_quality_tolerance",
+]
 
 DEFAULT_TRIALS = 20
 DEFAULT_EARLY_STOP = 0.5
 """A trial whose first level reaches less than half the best trial's there is stopped."""
 MAX_OBJECTIVES = 2
+MAX_PROMPTS = 1000
+"""Probes per pass at most: three passes of them per trial, beside its sweep."""
 
 Sampler = Literal["auto", "tpe", "grid", "random"]
 
@@ -92,6 +104,28 @@ class _WorkloadFile(BaseModel):
     seed: int = 0
 
 
+class _QualityFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tolerance: float
+    prompts: int = Field(default=DEFAULT_PROMPTS, ge=MIN_PROMPTS, le=MAX_PROMPTS)
+    seed: int = DEFAULT_SEED
+
+    @field_validator("tolerance", mode="before")
+    @classmethod
+    def _number(cls, given: Any) -> Any:
+        number = not isinstance(given, bool) and isinstance(given, int | float)
+        if not number or not math.isfinite(given) or given < 0:
+            raise ValueError(
+                "a number from 0, in nats of mean |Δlogprob| (a share of probes where the "
+                "engine gives no logprobs)"
+            )
+        return given
+
+    def spec(self) -> QualitySpec:
+        return QualitySpec(tolerance=float(self.tolerance), prompts=self.prompts, seed=self.seed)
+
+
 class _SpaceFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -111,6 +145,7 @@ class _SpaceFile(BaseModel):
     sampler: Sampler = "auto"
     seed: int = 0
     diagnose_seeds: int = Field(default=3, ge=0, le=20)
+    quality: _QualityFile | None = None
 
     @field_validator("study")
     @classmethod
@@ -151,6 +186,11 @@ class SearchSpace(BaseModel):
     sampler: Sampler
     seed: int
     diagnose_seeds: int
+    quality: QualitySpec | None = Field(
+        default=None,
+        description="Keep only right answers: every trial probed, judged against the "
+        "default trial's pass (tune.quality); None: quality not probed.",
+    )
 
     def workload_text(self) -> str:
         w = self.workload
@@ -259,7 +299,22 @@ def parse_space(
         sampler=raw.sampler,
         seed=raw.seed,
         diagnose_seeds=raw.diagnose_seeds,
+        quality=raw.quality.spec() if raw.quality is not None else None,
     )
+
+
+def with_quality_tolerance(space: SearchSpace, tolerance: float) -> SearchSpace:
+    """`tune run --quality-tolerance`: the space with that tolerance, in its document too,
+    so that it is part of the study's question and every worker reads it from the storage."""
+    given = space.document.get("quality")
+    block = {**(given if isinstance(given, dict) else {}), "tolerance": tolerance}
+    try:
+        raw = _QualityFile.model_validate(block)
+    except ValidationError as exc:
+        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"--quality-tolerance: {message}") from None
+    document = {**space.document, "quality": block}
+    return space.model_copy(update={"quality": raw.spec(), "document": document})
 
 
 def _redacted_text(text: str, *documents: dict[str, Any]) -> str:
@@ -450,7 +505,11 @@ def _one_line(exc: ValidationError, source: str) -> ConfigError:
     loc = [str(part) for part in error["loc"]]
     if error["type"] == "extra_forbidden":
         *parent, key = loc
-        models: dict[str, type[BaseModel]] = {"load": _LoadFile, "workload": _WorkloadFile}
+        models: dict[str, type[BaseModel]] = {
+            "load": _LoadFile,
+            "workload": _WorkloadFile,
+            "quality": _QualityFile,
+        }
         model = models.get(parent[0], _SpaceFile) if len(parent) == 1 else _SpaceFile
         known = list(model.model_fields)
         close = difflib.get_close_matches(key, known, n=1)
@@ -460,6 +519,10 @@ def _one_line(exc: ValidationError, source: str) -> ConfigError:
     if loc == ["base"]:
         return ConfigError(
             f"{source}: base must be an engine spec (a mapping) or a spec file's path"
+        )
+    if loc == ["quality"] or (loc == ["quality", "tolerance"] and error["type"] == "missing"):
+        return ConfigError(
+            f"{source}: quality needs a tolerance", hint="quality: {tolerance: 0.01, prompts: 32}"
         )
     message = error["msg"].removeprefix("Value error, ")
     return ConfigError(f"{source}: {'.'.join(loc) or 'space'}: {message}")

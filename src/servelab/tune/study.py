@@ -36,6 +36,7 @@ from servelab.probe.report import ProbeReport
 from servelab.store import DEFAULT_RUNS_DIR, RunDir
 from servelab.tune.grid_order import rank_untried, untried_settings
 from servelab.tune.noise import best_noise
+from servelab.tune.quality import constraint_text
 from servelab.tune.results import (
     CONFIRM_FILE,
     STUDY_FILE,
@@ -43,6 +44,7 @@ from servelab.tune.results import (
     LayoutModel,
     NoiseCheck,
     StudyResult,
+    TrialQuality,
     TrialRole,
     TrialRow,
     TwinForecast,
@@ -257,7 +259,9 @@ def study_result(
         engine=space.base.engine,
         workload=space.workload_text(),
         objectives=space.objectives,
-        constraints=[c.text for c in space.constraints],
+        constraints=[c.text for c in space.constraints]
+        + ([constraint_text(space.quality)] if space.quality is not None else []),
+        quality_tolerance=space.quality.tolerance if space.quality is not None else None,
         sampler=str(study.user_attrs.get(_ATTR_SAMPLER, _sampler_name(space))),
         trials=rows,
         best=best,
@@ -671,7 +675,17 @@ def _row(
         command=attrs.get("command"),
         model=_layout_model(attrs.get("model")),
         twin=_twin_forecast(attrs.get("twin")),
+        quality=_trial_quality(attrs.get("quality")),
     )
+
+
+def _trial_quality(given: Any) -> TrialQuality | None:
+    if not isinstance(given, dict):
+        return None
+    try:
+        return TrialQuality.model_validate(given)
+    except ValidationError:
+        return None
 
 
 def _with_prediction(

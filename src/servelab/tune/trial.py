@@ -4,7 +4,9 @@ The run directory is a normal one (summary.json, requests.jsonl, engine.log, dia
 so `servelab report` and `servelab diagnose` read a trial like any run. What a trial ends
 as is kept in its user attributes, which the study document is rebuilt from:
 
-- complete: every objective measured; constraints recorded with `trial.set_constraint`;
+- complete: every objective measured; constraints recorded with `trial.set_constraint`,
+  the study's quality tolerance among them (tune.quality: the trial's answers against the
+  default trial's, its reason where it is not met);
 - pruned: a layout the machine or the model rules out (never launched), or a sweep stopped
   early because the objective, at its own level, was far behind the best feasible trial's
   (the levels after it were not run), or a capacity search that failed under the best
@@ -29,6 +31,8 @@ from servelab.bench.cluster import ClusterSpec
 from servelab.bench.cost import resolve_price
 from servelab.bench.cost_results import HourlyPrice, Price
 from servelab.bench.events import BenchEvent
+from servelab.bench.quality.plan import QualityPlan
+from servelab.bench.quality.results import QUALITY_FILE, load_quality
 from servelab.bench.results import BenchSummary, LevelSummary, SweepStop
 from servelab.bench.session import BenchConfig
 from servelab.bench.trial import bench_engine
@@ -50,7 +54,15 @@ from servelab.store import SUMMARY_FILE, RunDir
 from servelab.tune.capacity import capacity_plan, give_up_below
 from servelab.tune.params import apply_params
 from servelab.tune.prune import available_gpus, check_fit, layout_model
-from servelab.tune.results import ObjectiveSpec, TwinForecast
+from servelab.tune.quality import (
+    QUALITY_MET,
+    QUALITY_VIOLATED,
+    constraint_text,
+    judge_default,
+    judge_trial,
+    not_judged,
+)
+from servelab.tune.results import ObjectiveSpec, TrialQuality, TwinForecast
 from servelab.tune.space import SearchSpace
 from servelab.tune.targets import CAPACITY, COST, Constraint, level_at, read_metric
 from servelab.tune.twin_forecast import (
@@ -149,7 +161,7 @@ def run_trial(trial: optuna.Trial, ctx: TrialContext) -> list[float]:
         raise
     if forecast is not None and values:
         _band_the_forecast(trial, ctx, forecast, finished, values[0])
-    _end(trial, ctx, "complete", None, started)
+    _end(trial, ctx, "complete", trial.user_attrs.get("reason"), started)
     return values
 
 
@@ -227,7 +239,8 @@ def _measure(trial: optuna.Trial, ctx: TrialContext, params: dict[str, Any]) -> 
     run_path = trial_dir(ctx.study_dir, trial.number)
     # Relative to the study folder: each host's folder holds the trials it ran.
     trial.set_user_attr("run_dir", str(run_path.relative_to(ctx.study_dir)))
-    summary = _sweep(trial, ctx, spec, run_path)
+    reference = _quality_reference(trial, ctx)
+    summary = _sweep(trial, ctx, spec, run_path, reference)
     command = (summary.engine or {}).get("command")
     if isinstance(command, list):
         trial.set_user_attr("command", redact_argv([str(arg) for arg in command]))
@@ -248,6 +261,13 @@ def _measure(trial: optuna.Trial, ctx: TrialContext, params: dict[str, Any]) -> 
     for constraint in space.constraints:
         measured = metrics.get(_key(constraint.metric, constraint.at))
         trial.set_constraint(constraint.text, constraint.violation(measured))
+    if space.quality is not None:
+        judged = _judge_quality(trial, space.quality.tolerance, run_path, reference)
+        trial.set_user_attr("quality", judged.model_dump(mode="json"))
+        met = QUALITY_MET if judged.accepted else QUALITY_VIOLATED
+        trial.set_constraint(constraint_text(space.quality), met)
+        if not judged.accepted:
+            trial.set_user_attr("reason", judged.reason)
     values = [metrics.get(_key(o.metric, o.at)) for o in space.objectives]
     missing = [o.label for o, v in zip(space.objectives, values, strict=True) if v is None]
     if missing:
@@ -258,15 +278,35 @@ def _measure(trial: optuna.Trial, ctx: TrialContext, params: dict[str, Any]) -> 
 
 
 def _sweep(
-    trial: optuna.Trial, ctx: TrialContext, spec: EngineSpec, run_path: Path
+    trial: optuna.Trial,
+    ctx: TrialContext,
+    spec: EngineSpec,
+    run_path: Path,
+    reference: tuple[int, Path] | None,
 ) -> BenchSummary:
     name = f"{ctx.space.name}-trial-{trial.number:03d}"
     give_up = None
     if ctx.space.objectives[0].metric == CAPACITY:
         give_up = give_up_below(ctx.space, _best_feasible(trial.study, maximize=True))
+    wanted = ctx.space.quality
+    quality = (
+        QualityPlan(
+            prompts=wanted.prompts,
+            seed=wanted.seed,
+            reference=reference[1] if reference is not None else None,
+        )
+        if wanted is not None
+        else None
+    )
     try:
         return sweep_spec(
-            ctx, spec, run_path, name=name, stop_early=_early_stop(trial, ctx), give_up=give_up
+            ctx,
+            spec,
+            run_path,
+            name=name,
+            stop_early=_early_stop(trial, ctx),
+            give_up=give_up,
+            quality=quality,
         )
     except TrialFailed as exc:
         if exc.signature is not None:
@@ -282,11 +322,15 @@ def sweep_spec(
     name: str,
     stop_early: Callable[[Sequence[LevelSummary]], SweepStop | None] | None = None,
     give_up: float | None = None,
+    quality: QualityPlan | None = None,
 ) -> BenchSummary:
     """Launch `spec` and run the study's load on it into `run_path`, as every trial does;
     an engine that does not start or dies is TrialFailed (with its log signature).
-    `give_up`: a capacity search ends once a load at or under it fails (tune.capacity)."""
-    config = _bench_config(ctx, spec, run_path, name=name, stop_early=stop_early, give_up=give_up)
+    `give_up`: a capacity search ends once a load at or under it fails (tune.capacity);
+    `quality`: the quality probe beside the sweep (a study with a quality tolerance)."""
+    config = _bench_config(
+        ctx, spec, run_path, name=name, stop_early=stop_early, give_up=give_up, quality=quality
+    )
     try:
         outcome = bench_engine(spec, config, on_event=ctx.on_event)
     except EngineLaunchError as exc:
@@ -314,6 +358,7 @@ def _bench_config(
     name: str,
     stop_early: Callable[[Sequence[LevelSummary]], SweepStop | None] | None,
     give_up: float | None = None,
+    quality: QualityPlan | None = None,
 ) -> BenchConfig:
     space = ctx.space
     load = space.load
@@ -336,7 +381,47 @@ def _bench_config(
         capacity=capacity_plan(space, give_up=give_up),
         cluster=ctx.cluster,
         price=_trial_price(ctx, spec),
+        quality=quality,
     )
+
+
+def _quality_reference(trial: optuna.Trial, ctx: TrialContext) -> tuple[int, Path] | None:
+    """Under a quality tolerance, the default trial's number and run directory: its pass is
+    every other trial's reference. None for the default itself, and where the default has
+    not completed or its quality.json is not in this host's study folder."""
+    if ctx.space.quality is None or trial.user_attrs.get("role") == "default":
+        return None
+    for other in trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        run_dir = other.user_attrs.get("run_dir")
+        if (
+            other.user_attrs.get("role") == "default"
+            and run_dir
+            and not other.user_attrs.get("same_as")
+        ):
+            path = ctx.study_dir / str(run_dir)
+            return (other.number, path) if (path / QUALITY_FILE).is_file() else None
+    return None
+
+
+def _judge_quality(
+    trial: optuna.Trial, tolerance: float, run_path: Path, reference: tuple[int, Path] | None
+) -> TrialQuality:
+    """The trial's answers by tune.quality's rule: the default on its own, any other
+    against the default's pass."""
+    try:
+        result = load_quality(run_path) if run_path.is_dir() else None
+        if trial.user_attrs.get("role") == "default":
+            return judge_default(result)
+        if reference is None:
+            return not_judged(
+                None,
+                "no reference: the default trial had not completed when this one began, or "
+                "its quality.json is not in this host's study folder",
+            )
+        number, path = reference
+        return judge_trial(result, load_quality(path), tolerance=tolerance, reference_trial=number)
+    except ConfigError as exc:
+        return not_judged(reference[0] if reference else None, str(exc))
 
 
 def _trial_price(ctx: TrialContext, spec: EngineSpec) -> Price | None:
@@ -547,7 +632,7 @@ def _same_settings(trial: optuna.Trial, params: dict[str, Any]) -> optuna.trial.
 
 
 def _copy(trial: optuna.Trial, same: optuna.trial.FrozenTrial) -> list[float]:
-    for key in ("metrics", "levels", "run_dir", "model", "finding"):
+    for key in ("metrics", "levels", "run_dir", "model", "finding", "quality"):
         if key in same.user_attrs:
             trial.set_user_attr(key, same.user_attrs[key])
     trial.set_user_attr("same_as", same.number)

@@ -1,6 +1,10 @@
 """The Tuning section: a study's question, its answer, every trial, and for a searched
 layout which one wins and why, from study.json.
 
+Under a quality tolerance each trial's answers against the default trial's (the verdict and
+the primary metric's value) stand beside its speed in the trial table, so a faster trial
+ruled out for drift shows why next to what it measured.
+
 The answer comes first (the best trial or the Pareto set, its gain over the default spec,
 the spec and its exact command), then the trial table and the plot. Where trials differ in
 layout, a table puts each layout's best measurement beside the analytic model's account of
@@ -279,7 +283,20 @@ def _question(study: StudyResult) -> list[Block]:
         ]
     else:
         blocks.append(Paragraph("No constraint: every measured trial is feasible."))
+    if study.quality_tolerance is not None:
+        blocks.append(Paragraph(_tolerance_text(study.quality_tolerance)))
     return blocks
+
+
+def _tolerance_text(tolerance: float) -> str:
+    return (
+        f"Only right answers: every trial's quality probe is compared with the default "
+        f"trial's. A trial is infeasible when its answers are broken, when they drift with "
+        f"the bootstrap's lower end over both the floor and the tolerance of {tolerance:g} "
+        "(nats of mean |Δlogprob| per teacher-forced token, or a share of diverging probes "
+        "where the engine gives no logprobs), or when its greedy answers drift while its "
+        "logprobs stay within the floor (docs/TUNE.md, 'Only right answers')."
+    )
 
 
 def _trials(study: StudyResult) -> list[Block]:
@@ -288,8 +305,10 @@ def _trials(study: StudyResult) -> list[Block]:
     metrics = [
         m for m in dict.fromkeys(m for t in study.trials for m in t.metrics) if m not in shown
     ]
+    quality = study.quality_tolerance is not None
     header = ["trial", "role", "state", *params]
     header += [f"{o.label} ({o.unit})" for o in study.objectives]
+    header += ["quality vs default"] if quality else []
     header += [*metrics, "feasible", "run"]
     first_number = 3 + len(params)
     best = set(study.best)
@@ -307,13 +326,15 @@ def _trials(study: StudyResult) -> list[Block]:
                 trial.state,
                 *(_param(trial.params[p]) if p in trial.params else "" for p in params),
                 *(_objective(trial, i) for i in range(len(study.objectives))),
+                *([trial.quality.cell() if trial.quality else "-"] if quality else []),
                 *(_num(trial.metrics.get(m)) for m in metrics),
                 {True: "yes", False: "no", None: "-"}[trial.feasible],
                 PurePath(trial.run_dir).name if trial.run_dir else "-",
             ]
         )
         tones.append(_tone(trial, best))
-    right = frozenset(range(first_number, first_number + len(study.objectives) + len(metrics)))
+    numbers = len(study.objectives) + int(quality) + len(metrics)
+    right = frozenset(range(first_number, first_number + numbers))
     blocks: list[Block] = [Table(header, rows, tones=tones, right=right)]
     if reasons:  # below the table: a column of long sentences, mostly empty, widens it twice
         blocks.append(Bullets(reasons))
