@@ -1,5 +1,7 @@
 """The report of a real embedded run, opened in headless Chromium with every host unresolvable:
-it renders, it asks for nothing outside itself, and a hostile name never runs."""
+it renders, it asks for nothing outside itself, and a hostile name never runs. The run is
+given a quality.json (a configuration that drifted from a reference run, one answer in its
+diff hostile) so the Quality section renders too."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from servelab.bench.quality.results import write_quality
 from servelab.report import parse_target, write_report
 from tests.conftest import DemoRun
+from tests.diagnose.quality_runs import REFERENCE_RUN, quality_result
 from tests.report.browser import (
     PageLayout,
     PageRender,
@@ -57,8 +61,18 @@ def hostile_run(demo_run: DemoRun, tmp_path_factory: pytest.TempPathFactory) -> 
     summary["run"]["target"]["model"] = SCRIPT
     summary["run"]["notes"].append(IMAGE)
     (run / "summary.json").write_text(json.dumps(summary))
+    write_quality(run, _drifted_quality())
     write_report([run], targets=[parse_target("total=1")], title=f"{SCRIPT} {IMAGE}")
     return run
+
+
+def _drifted_quality():
+    """A configuration drift against a reference run; the worst probe's answer is a payload."""
+    quality = quality_result(moved={"configuration"}, reference=True, diverge=True)
+    config = quality.comparisons[-1]
+    diff = [config.diff[0].model_copy(update={"candidate": [SCRIPT]}), *config.diff[1:]]
+    comparisons = [*quality.comparisons[:-1], config.model_copy(update={"diff": diff})]
+    return quality.model_copy(update={"comparisons": comparisons})
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +128,29 @@ def test_no_table_is_wider_than_the_page(layout: PageLayout):
 def test_the_report_renders_to_a_screenshot_that_is_not_blank(page: PageRender):
     assert page.screenshot.stat().st_size > 10_000
     assert not is_blank(page.screenshot)
-    for section in ("Goal and targets", "Machine", "Engine", "Results", "Findings", "Status"):
+    for section in (
+        "Goal and targets",
+        "Machine",
+        "Engine",
+        "Results",
+        "Quality",
+        "Findings",
+        "Status",
+    ):
         assert section in page.dom
+
+
+def test_the_quality_section_renders_its_verdict_and_diff(page: PageRender):
+    start = page.dom.index('<section id="quality">')
+    section = page.dom[start : page.dom.index('<section id="findings">', start)]
+    assert re.search(r"<h2>\d+\. Quality</h2>", section)
+    assert '<td class=" cell-bad">drift</td>' in section
+    assert f'<td class="">{REFERENCE_RUN}:before vs before</td>' in section
+    # the diff: where the worst probes' answers part, reference against this run
+    assert "where the worst probes' answers first part" in section
+    assert '<td class="">" w103 w104 w105 w106 w107 w108 w109 w110"</td>' in section
+    assert '" w900 w901 w902 w903 w904 w905 w906 w907"' in section
+    assert '"&lt;script&gt;document.body.setAttribute' in section
 
 
 def test_the_page_asks_for_nothing_outside_itself(page: PageRender, hostile_run: Path):

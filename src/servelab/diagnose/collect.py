@@ -87,6 +87,7 @@ def collect_facts(files: RunFiles, options: DiagnoseOptions) -> RunFacts:
         notes=notes,
         model_detail=choice.detail if model is not None else missing["model"],
         traces=files.traces,
+        quality=files.quality,
     )
 
 
@@ -227,6 +228,8 @@ def _missing(files: RunFiles) -> dict[str, str]:
         missing["log"] = files.events_source
     if files.probe is None:
         missing["probe"] = files.probe_source
+    if files.quality is None:
+        missing["quality"] = files.quality_source
     return missing
 
 

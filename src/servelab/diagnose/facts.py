@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servelab.bench.knee import Knee
+from servelab.bench.quality.results import QualityResult
 from servelab.bench.results import BenchSummary, LevelSummary
 from servelab.core.units import MS_PER_S
 from servelab.diagnose.engineconf import EngineConfig
@@ -127,6 +128,8 @@ class RunFacts:
     model_detail: str = ""
     traces: list[TraceSummary] = field(default_factory=list)
     """Trace summaries of a profiled level (servelab bench --torch-profile)."""
+    quality: QualityResult | None = None
+    """The quality probe's result (quality.json), where the run was made with --quality."""
 
     @property
     def closed(self) -> list[LevelFacts]:

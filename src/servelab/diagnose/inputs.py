@@ -15,6 +15,7 @@ import orjson
 from pydantic import ValidationError
 
 from servelab.bench.profile_summary import load_trace_summaries
+from servelab.bench.quality.results import QUALITY_FILE, QualityResult, load_quality
 from servelab.bench.results import BenchSummary
 from servelab.core.errors import ConfigError
 from servelab.engines.registry import get_adapter
@@ -62,6 +63,10 @@ class RunFiles:
     metric_rows: list[dict[str, Any]] = field(default_factory=list)
     traces: list[TraceSummary] = field(default_factory=list)
     """The profiled level's trace summaries (trace_summary.json), where one was taken."""
+    quality: QualityResult | None = None
+    """quality.json: the quality probe's comparisons and verdicts (bench --quality)."""
+    quality_source: str = ""
+    """Where quality came from, or why it is absent."""
 
 
 def load_run(path: Path, *, engine: str | None = None, probe: Path | None = None) -> RunFiles:
@@ -77,6 +82,10 @@ def load_run(path: Path, *, engine: str | None = None, probe: Path | None = None
     doc = read_probe(probe_path) if probe_path is not None else None
     probe_source = str(probe_path) if doc else "no probe.json in the run and no --probe given"
     rows = [row for row in run.iter_jsonl(METRICS_FILE) if row.get("kind") == "metrics"]
+    quality = load_quality(run)
+    quality_source = (
+        QUALITY_FILE if quality else f"no {QUALITY_FILE}: the run was made without --quality"
+    )
     return RunFiles(
         path=path,
         summary=summary,
@@ -87,6 +96,8 @@ def load_run(path: Path, *, engine: str | None = None, probe: Path | None = None
         probe_source=probe_source,
         metric_rows=rows,
         traces=load_trace_summaries(path),
+        quality=quality,
+        quality_source=quality_source,
     )
 
 

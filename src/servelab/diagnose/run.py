@@ -34,6 +34,7 @@ _SOURCES = {
     "log": "engine log",
     "probe": "probe",
     "model": "model",
+    "quality": "quality probe",
 }
 
 
@@ -52,7 +53,7 @@ def diagnose_run(
         findings, replay_notes = rank_by_replay(findings, twin, facts)
         notes += replay_notes
     findings = rank(findings)
-    sources = _sources(facts, files.events_source, files.probe_source)
+    sources = _sources(facts, files.events_source, files.probe_source, files.quality_source)
     sources["twin"] = SourceStatus(available=twin is not None, detail=twin_detail)
     applies = facts.summary.run.applies
     checks = check_applied_all(applies, run_dir) if applies else []
@@ -158,7 +159,7 @@ def _discount(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _sources(facts: RunFacts, events: str, probe: str) -> dict[str, SourceStatus]:
+def _sources(facts: RunFacts, events: str, probe: str, quality: str) -> dict[str, SourceStatus]:
     status = {"summary": SourceStatus(available=True, detail=SUMMARY_FILE)}
     present = {
         "gpu": "summary.json levels' telemetry.gpu",
@@ -166,6 +167,7 @@ def _sources(facts: RunFacts, events: str, probe: str) -> dict[str, SourceStatus
         "log": events,
         "probe": probe,
         "model": facts.model_detail,
+        "quality": quality,
     }
     for key, name in _SOURCES.items():
         why = facts.missing.get(key)

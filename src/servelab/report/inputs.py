@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from servelab.bench.cost import price_over, priced, resolve_price
 from servelab.bench.cost_results import HourlyPrice, Price
 from servelab.bench.profile_summary import load_trace_summaries
+from servelab.bench.quality.results import QUALITY_FILE, QualityResult
 from servelab.bench.results import BenchSummary
 from servelab.core.errors import ConfigError
 from servelab.diagnose import Diagnosis
@@ -60,6 +61,8 @@ class ReportRun:
     metrics_rows: list[dict[str, Any]] = field(default_factory=list)
     traces: list[TraceSummary] = field(default_factory=list)
     """The profiled level's trace summaries (trace_summary.json)."""
+    quality: QualityResult | None = None
+    """quality.json: the quality probe's passes, comparisons and verdicts (--quality)."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -103,6 +106,7 @@ def load_report_run(path: Path, *, price: HourlyPrice | None = None) -> ReportRu
         telemetry_rows=_rows(run, TELEMETRY_FILE, _is_sample, notes),
         metrics_rows=_rows(run, METRICS_FILE, _is_sample, notes),
         traces=_traces(path, notes),
+        quality=_optional(run, QUALITY_FILE, QualityResult, notes),
         notes=notes,
     )
 

@@ -27,6 +27,7 @@ from servelab.diagnose.rules import (
     not_saturated,
     prefill_compute,
     prefix_cache,
+    quality,
     running_cap,
     slo,
 )
@@ -51,6 +52,7 @@ RULES: tuple[Rule, ...] = (
     moe_config.rule,
     machine_settings.rule,
     accuracy.rule,
+    quality.rule,
     slo.rule,
     not_saturated.rule,
 )

@@ -1,5 +1,6 @@
 """The report of several runs: the same six sections, each run beside the others, and the
-changes of every later run against the first with their noise bands and verdicts."""
+changes of every later run against the first with their noise bands and verdicts; a
+Quality section after the results where any run was made with --quality."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from datetime import UTC, datetime
 
 from servelab import __version__
 from servelab.report.compare.predictions import Checked, prediction_checks, prediction_table
+from servelab.report.compare.quality import quality_comparison
 from servelab.report.compare.verdicts import MetricDelta, compare_all
 from servelab.report.document import Block, Paragraph, Report, Section, Table, Tone
 from servelab.report.inputs import ReportRun
@@ -51,6 +53,7 @@ def build_comparison(
             _side_by_side("machine", "Machine", runs, labels, machine_section),
             _side_by_side("engine", "Engine", runs, labels, engine_section),
             _results(runs, labels, deltas, checked),
+            *_present(quality_comparison(runs, labels)),
             _side_by_side("findings", "Findings", runs, labels, findings_section),
             _side_by_side("status", "Status", runs, labels, lambda r: status_section(r, targets)),
         ],
@@ -58,6 +61,10 @@ def build_comparison(
         headline=[(c.tone, f"{c.text}.") for c in checked]
         + [line for label in labels[1:] for line in _headline(label, deltas[label])],
     )
+
+
+def _present(section: Section | None) -> list[Section]:
+    return [] if section is None else [section]
 
 
 def _goal(runs: Sequence[ReportRun], labels: list[str], targets: Sequence[Target]) -> Section:

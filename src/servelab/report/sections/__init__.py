@@ -1,5 +1,6 @@
-"""The report's six sections, built once from the run directories as plain content, and a
-seventh after the results where the run has a twin (twin.json)."""
+"""The report's six sections, built once from the run directories as plain content, and
+after the results a twin's (twin.json) and a quality probe's (quality.json) where the run
+has them."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from servelab.report.sections.findings import findings_section
 from servelab.report.sections.goal import goal_section
 from servelab.report.sections.headline import headline
 from servelab.report.sections.machine import machine_section
+from servelab.report.sections.quality import quality_section
 from servelab.report.sections.results import results_section
 from servelab.report.sections.status import status_section
 from servelab.report.sections.twin import twin_section
@@ -38,6 +40,7 @@ def build_report(
             engine_section(run),
             results_section(run),
             *_present(twin_section(run.twin, run.summary.levels)),
+            *_present(quality_section(run)),
             findings_section(run),
             status_section(run, targets),
         ],

@@ -3,8 +3,9 @@
 The capacity under the SLO first where the run searched it (with its boundary's bands),
 then the best total throughput and where, the single stream, the knee, the targets met,
 the price and what a million tokens cost (at the knee, the capacity, and the cheapest level
-meeting the targets and SLOs) with the GPU energy per token, and the top finding with its
-first action — what a reader would otherwise piece together from all six sections.
+meeting the targets and SLOs) with the GPU energy per token, the quality probe's verdicts
+where it ran, and the top finding with its first action — what a reader would otherwise
+piece together from all six sections.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from servelab.report.cost import cost_lines, slo_rule
 from servelab.report.document import Tone
 from servelab.report.inputs import ReportRun
 from servelab.report.sections._common import load_text, sentence, tone_of
+from servelab.report.sections.quality import quality_line
 from servelab.report.targets import Target, evaluate_targets, level_meets
 
 __all__ = ["headline"]
@@ -57,6 +59,8 @@ def headline(run: ReportRun, targets: Sequence[Target]) -> list[tuple[Tone, str]
     meets, goal = _goal(run.summary, targets)
     for line in cost_lines(run.summary, meets=meets, goal=goal):
         lines.append(("bad" if "no level meets" in line else "plain", sentence(line)))
+    if run.quality is not None:
+        lines.append(quality_line(run.quality))
     top = run.diagnosis.top if run.diagnosis is not None else None
     if top is not None:
         lines.append((tone_of(top.severity), f"Top finding: {top.title}."))

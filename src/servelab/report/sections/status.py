@@ -48,6 +48,15 @@ def _done(run: ReportRun) -> list[Block]:
                 [],
             )
         )
+    if run.quality is not None:
+        verdicts = ", ".join(f"{c.kind} {c.verdict}" for c in run.quality.comparisons)
+        items.append(
+            (
+                "good",
+                f"quality probed: {run.quality.n_probes} prompts; {verdicts or 'no comparison'}",
+                [],
+            )
+        )
     if run.diagnosis is not None:
         items.append(("good", f"diagnosed: {len(run.diagnosis.findings)} findings", []))
     if not items:
