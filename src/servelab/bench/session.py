@@ -254,6 +254,7 @@ class _Session:
             run_dir=self.run_dir,
             reference=reference,
             on_note=lambda message: self.on_event(Notice(message)),
+            max_context=_max_context(preflight, e.model),
         )
 
     def _cluster(self, preflight: Preflight) -> AbstractContextManager[ClientFleet | None]:
@@ -725,6 +726,16 @@ _DEATH_SYMPTOMS = frozenset(
     }
 )
 """What a request sees when its server process vanishes: refused, cut, or left hanging."""
+
+
+def _max_context(preflight: Preflight, model: str | None) -> int | None:
+    """The served model's max_model_len from its card, where the engine publishes one."""
+    info = preflight.server_info
+    if info is None:
+        return None
+    lengths = [n for n in info.max_model_len.values() if n]
+    served = info.max_model_len.get(model) if model else None
+    return served or (min(lengths) if lengths else None)
 
 
 def _starting(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.bench.quality.probes import Probe, make_probes, probe_set_digest
-from servelab.bench.quality.results import QualityResult, load_quality
+from servelab.bench.quality.probes import Probe, make_probes, probe_set_digest, read_probes
+from servelab.bench.quality.results import PROBES_FILE, QualityResult, load_quality
 from servelab.core.errors import ConfigError
 
 __all__ = ["DEFAULT_PROMPTS", "DEFAULT_SEED", "QualityPlan", "load_reference", "quality_plan"]
@@ -27,8 +27,12 @@ class QualityPlan:
     reference: Path | None = None
     """A run directory whose quality.json holds the same probe set (`--quality-ref`)."""
 
-    def probes(self) -> list[Probe]:
-        return make_probes(self.prompts, seed=self.seed)
+    def probes(self, max_context: int | None = None) -> list[Probe]:
+        """The reference run's recorded set where there is one (replayed as it was),
+        else the seeded set, cut to the engine's context where it is known."""
+        if self.reference is not None and (self.reference / PROBES_FILE).is_file():
+            return read_probes(self.reference)
+        return make_probes(self.prompts, seed=self.seed, max_context=max_context)
 
 
 def quality_plan(
@@ -58,7 +62,8 @@ def load_reference(plan: QualityPlan) -> QualityResult | None:
     if plan.reference is None:
         return None
     ref = _load(plan.reference)
-    if ref.probe_set_digest != probe_set_digest(plan.probes()):
+    same_draw = (plan.prompts, plan.seed) == (ref.n_probes, ref.seed)
+    if not same_draw or ref.probe_set_digest != probe_set_digest(plan.probes()):
         raise ConfigError(
             f"--quality-ref {plan.reference}: its probe set ({ref.n_probes} probes, seed "
             f"{ref.seed}) is not this run's ({plan.prompts} probes, seed {plan.seed})",

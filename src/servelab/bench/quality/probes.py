@@ -66,18 +66,28 @@ class Probe(BaseModel):
     max_tokens: int = Field(description="Tokens the greedy continuation may run to.")
 
 
-def make_probes(n: int = DEFAULT_PROBES, *, seed: int = DEFAULT_SEED) -> list[Probe]:
-    """n probes from `seed`, kinds in turn so every n >= 3 holds each length class."""
+def make_probes(
+    n: int = DEFAULT_PROBES, *, seed: int = DEFAULT_SEED, max_context: int | None = None
+) -> list[Probe]:
+    """n probes from `seed`, kinds in turn so every n >= 3 holds each length class.
+
+    With `max_context` (the engine's max_model_len) a body too long to fit with its reply
+    is cut to what fits at the worst case (`_words_that_fit`); the draws are the same, so
+    on an engine with room the set, and its digest, is the one without a limit.
+    """
     if n < 1:
         raise ConfigError(f"--quality-prompts must be at least 1, not {n}")
+    pool = word_pool(None)
     rng = np.random.default_rng(seed)
-    builder = PromptBuilder(word_pool(None), rng, None, None)
+    builder = PromptBuilder(pool, rng, None, None)
     kinds: list[ProbeKind] = list(KIND_SHAPES)
     probes: list[Probe] = []
     for index in range(n):
         kind = kinds[index % len(kinds)]
         low, high, max_tokens = KIND_SHAPES[kind]
         words = round(float(np.exp(rng.uniform(np.log(low), np.log(high)))))
+        if max_context is not None:
+            words = min(words, _words_that_fit(kind, max_tokens, max_context, pool.words))
         body, _ = builder.exact([words])[0]
         probes.append(
             Probe(
@@ -88,6 +98,21 @@ def make_probes(n: int = DEFAULT_PROBES, *, seed: int = DEFAULT_SEED) -> list[Pr
             )
         )
     return probes
+
+
+def _words_that_fit(kind: ProbeKind, max_tokens: int, max_context: int, words: list[str]) -> int:
+    """The most body words whose prompt and reply fit `max_context` tokens whatever the
+    tokenizer: a byte-level one spends at most a token per byte, so a word costs at most
+    its longest spelling and the space before it, and the frame its own bytes."""
+    per_word = max(len(word.encode()) for word in words) + 1
+    frame = len(_FRAMES[kind].format(body="").encode())
+    room = max_context - max_tokens - frame
+    if room < per_word:
+        raise ConfigError(
+            f"the engine's context of {max_context} tokens cannot hold a {kind} probe "
+            f"and its {max_tokens}-token reply"
+        )
+    return room // per_word
 
 
 def probe_set_digest(probes: list[Probe]) -> str:

@@ -64,9 +64,10 @@ class QualitySession:
         run_dir: RunDir,
         reference: QualityResult | None,
         on_note: Callable[[str], None],
+        max_context: int | None = None,
     ) -> None:
         self.plan = plan
-        self.probes = plan.probes()
+        self.probes = plan.probes(max_context)
         self.target = target
         self.run_dir = run_dir
         self.reference = reference
