@@ -59,6 +59,10 @@
 #             one diagnose asked for) and `--applies` naming the finding; both diagnosed
 #             and tarred to $OUT/pair-CASE.tgz with requests.jsonl gzipped (for
 #             benchmarks/replay_accuracy.py).
+#   quality   the quality probe, CUDA graphs against eager: h200-ref under transformers
+#             serve with CUDA graphs off and `--quality`, then on with `--quality-ref` the
+#             first (one 10 s level of 8 streams, 512 in / 64 out, each); both run
+#             directories tarred to $OUT/quality.tgz.
 # Logs and results, tarred, go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -297,6 +301,24 @@ PY
     done
     grep -E "^pair-" "$LOGS/times.txt"
     rm -rf "$LOGS/pairs"
+fi
+
+if [[ " $PARTS " == *" quality "* ]]; then
+    mkdir -p "$LOGS/quality"
+    for variant in eager graphs; do
+        graphs=false
+        reference=(--quality)
+        if [ "$variant" = graphs ]; then
+            graphs=true
+            reference=(--quality-ref "$LOGS/quality/eager")
+        fi
+        printf 'engine: embedded\nmodel: h200-ref\nknobs: {cuda_graphs: %s}\n' "$graphs" \
+            > "/tmp/quality-$variant.yaml"
+        timed "quality-$variant" python3 -m servelab bench --engine "/tmp/quality-$variant.yaml" \
+            --concurrency 8 --duration 10s --input-len 512 --output-len 64 "${reference[@]}" \
+            --out "$LOGS/quality/$variant"
+    done
+    tar -C "$LOGS" -czf "$OUT/quality.tgz" quality && rm -rf "$LOGS/quality"
 fi
 
 nvidia-smi --query-gpu=memory.used --format=csv >> "$LOGS/env.txt" 2>&1
