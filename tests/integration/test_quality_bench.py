@@ -125,17 +125,13 @@ def test_the_loaded_pass_is_named_and_in_no_level_count(clean: tuple[Path, str])
 
 
 def test_a_wrong_token_against_the_clean_run(clean: tuple[Path, str], tmp_path: Path):
-    """`wrong-token` after 3 tokens, compared with --quality-ref the clean run: the honest
-    verdict is `within_floor`, with every greedy answer diverging at token 3.
+    """`wrong-token` after 3 tokens, compared with --quality-ref the clean run: `broken`
+    by not_greedy in every comparison.
 
-    The simulator plants the wrong token in sampling only: its logits are the clean
-    model's, so the corrupted engine scores the clean run's continuation with exactly the
-    clean logprobs (|Δlogprob| = 0, teacher forcing goes through the prompt, where nothing
-    is planted). The issue's rule lets the primary metric (|Δlogprob| where logprobs
-    exist) decide, so the verdict cannot be drift; the fault shows in the metrics beside
-    it (divergence share 1, exact match 0), in the diff, and in the CLI's line under the
-    table. Neither is it broken: no answer is malformed. Determinism within the corrupted
-    run holds (the same wrong token every time).
+    The simulator plants the runner-up in sampling only, so its logits are the clean
+    model's and teacher forcing (through the prompt) reads |Δlogprob| = 0. The free-running
+    answer gives it away: asked for 2 top logprobs, the simulator lists the emitted token
+    and then the position's best, and the emitted one is below it at temperature 0.
     """
     engine = _launch(tmp_path, FAST | {"corrupt": "wrong-token", "corrupt_after_tokens": 3})
     try:
@@ -146,31 +142,76 @@ def test_a_wrong_token_against_the_clean_run(clean: tuple[Path, str], tmp_path: 
     assert done.returncode == 0, done.stderr[-3000:]
     printed = json.loads(done.stdout)  # --json carries the block
     assert printed["quality"]["verdicts"] == {
-        "determinism": "within_floor",
-        "batch_invariance": "within_floor",
-        "configuration": "within_floor",
+        "determinism": "broken",
+        "batch_invariance": "broken",
+        "configuration": "broken",
     }
     quality = _quality(tmp_path / "run")
     assert quality.reference_run == str(reference)
+    assert set(quality.errors) == {"not_greedy"}
     config = next(c for c in quality.comparisons if c.kind == "configuration")
     assert config.reference == f"{reference}:before" and config.candidate == "before"
-    assert config.metrics.mean_abs_dlogprob == 0
-    assert config.metrics.divergence_share == 1 and config.metrics.exact_match_rate == 0
-    assert config.metrics.median_first_divergence == 3
+    assert all(c.reason.startswith("quality errors: not_greedy x") for c in quality.comparisons)
+    before = next(p for p in quality.passes if p.name == "before")
+    wrong = [r for r in before.readings if r.error_kind == "not_greedy"]
+    assert len(wrong) >= PROBES - 1  # a runner-up tied with the best is an argmax too
+    assert all("first at token 3" in (r.error or "") for r in wrong)
+
+
+def test_a_wrong_token_unseen_by_the_logprobs_is_drift_of_the_answers(
+    clean: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The same fault where the answer lists no alternative to the emitted token (top
+    logprobs not asked for: the simulator, as vLLM with `logprobs: 0`, then sends the
+    sampled token's alone), so not_greedy cannot fire: the configuration comparison is
+    `drift` by the greedy answers while |Δlogprob| stays 0 (verdict rule 4)."""
+    monkeypatch.setattr("servelab.bench.quality.client.TOP_LOGPROBS", 0)
+    engine = _launch(tmp_path, FAST | {"corrupt": "wrong-token", "corrupt_after_tokens": 3})
+    reference, _ = clean
+    try:
+        quality, _ = _bench(
+            engine.url,
+            tmp_path,
+            engine_name="openai",  # the clean run's dialect: teacher forcing by echo
+            plan=QualityPlan(prompts=PROBES, reference=reference),
+        )
+    finally:
+        engine.stop()
+    assert quality.errors == {} and quality.forced_method == "echo"
+    verdicts = {c.kind: c.verdict for c in quality.comparisons}
+    # the same wrong token every time: the run agrees with itself
+    assert verdicts == {
+        "determinism": "within_floor",
+        "batch_invariance": "within_floor",
+        "configuration": "drift",
+    }
+    config = next(c for c in quality.comparisons if c.kind == "configuration")
+    assert config.primary_metric == "mean_abs_dlogprob" and config.metrics.mean_abs_dlogprob == 0
+    assert config.moved == ["divergence_share"] and config.answers_moved_alone
+    assert config.metrics.divergence_share == 1 and config.metrics.median_first_divergence == 3
+    assert config.reason.startswith(
+        "greedy answers moved while teacher-forced scores did not: decode path or sampler"
+    )
     assert config.diff and all(entry.position == 3 for entry in config.diff)
 
 
 def _bench(
-    url: str, tmp_path: Path, *, api: Api = Api.COMPLETIONS, **overrides: Any
+    url: str,
+    tmp_path: Path,
+    *,
+    api: Api = Api.COMPLETIONS,
+    engine_name: str = "sim",
+    plan: QualityPlan | None = None,
+    **overrides: Any,
 ) -> tuple[QualityResult, BenchSummary]:
     config = BenchConfig(
         url=url,
         api=api,
-        engine="sim",
+        engine=engine_name,
         out=tmp_path / "run",
         workload=WorkloadSpec(input_len=16, output_len=32),
         warmup=0,
-        quality=QualityPlan(prompts=PROBES),
+        quality=plan or QualityPlan(prompts=PROBES),
         **({"levels": [1], "num_requests": 4} | overrides),
     )
     summary = run_bench(config).summary
@@ -184,6 +225,8 @@ def _bench(
         ("reasoning-only", Api.CHAT, "reasoning_only"),
         ("no-finish-reason", Api.COMPLETIONS, "no_finish_reason"),
         ("usage-overcount", Api.COMPLETIONS, "short_stream"),
+        ("wrong-token", Api.COMPLETIONS, "not_greedy"),
+        ("wrong-token", Api.CHAT, "not_greedy"),  # top_logprobs: 2 on chat
     ],
 )
 def test_planted_corruption_is_broken_and_named(corrupt: str, api: Api, kind: str, tmp_path):

@@ -15,6 +15,7 @@ from aiohttp import web
 from servelab.bench.endpoint import Api
 from servelab.bench.quality.client import QualityClient, QualityTarget
 from servelab.bench.quality.evaluate import evaluate_quality
+from servelab.bench.quality.greedy import TOP_LOGPROBS
 from servelab.bench.quality.probes import make_probes
 from servelab.bench.quality.results import QualityPass
 
@@ -182,7 +183,8 @@ def test_vllm_pass_and_teacher_forced_pass_over_http() -> None:
         for path, b in server.bodies
         if path == "/v1/completions" and "prompt" in b and isinstance(b["prompt"], str)
     ]
-    assert all(b["temperature"] == 0 and b["logprobs"] == 1 for b in free)
+    # 2 top logprobs: the position's best is listed beside the sampled token (not_greedy)
+    assert all(b["temperature"] == 0 and b["logprobs"] == TOP_LOGPROBS == 2 for b in free)
     assert all(b["return_tokens_as_token_ids"] is True for b in free)
     scored = [b for path, b in server.bodies if "prompt_logprobs" in b]
     prompt_ids = [BOS, *_ids(probes[0].prompt)]
@@ -267,7 +269,8 @@ def test_a_400_to_logprobs_turns_them_off() -> None:
     run, client = _serve(server.app(), chat_work)
     assert not client.logprobs_available
     assert "HTTP 400" in (client.logprobs_reason or "")
-    assert sum("logprobs" in b for b in server.bodies) == 1
+    [asked] = [b for b in server.bodies if "logprobs" in b]
+    assert asked["logprobs"] is True and asked["top_logprobs"] == TOP_LOGPROBS
     assert all(r.ok for r in run.readings) and run.errors == {}
 
 

@@ -52,6 +52,7 @@ def test_bf16_sized_rounding_on_every_probe_is_drift() -> None:
     assert result.verdict == "drift", result.reason
     assert result.interval_low > result.floor
     assert "exceeds the floor" in result.reason
+    assert result.moved == ["mean_abs_dlogprob"] and not result.answers_moved_alone
 
 
 def test_float32_sized_noise_is_within_floor() -> None:
@@ -84,11 +85,11 @@ def test_measured_self_difference_raises_the_floor() -> None:
     assert floored.verdict == "within_floor"
 
 
-@pytest.mark.parametrize("kind", ["nan_logprob", "reasoning_only", "http"])
+@pytest.mark.parametrize("kind", ["nan_logprob", "not_greedy", "reasoning_only", "http"])
 def test_one_error_is_broken_and_named(kind: str) -> None:
     lp = reference_logprobs()
     result = _judge(make_pass("before", lp), make_pass("loaded", lp, error=(7, kind)))
-    assert result.verdict == "broken"
+    assert result.verdict == "broken" and result.moved == []
     assert result.errors == {kind: 1}
     assert kind in result.reason
     assert result.metrics.probes == N_PROBES - 1
@@ -112,6 +113,8 @@ def test_without_forced_logprobs_first_divergence_decides() -> None:
         compare_passes(before, many), kind="determinism", reference="before", candidate="after"
     )
     assert result.primary_metric == "divergence_share"
+    assert result.moved == ["divergence_share"] and not result.answers_moved_alone
+    assert result.divergence_interval_low is None and result.divergence_floor is None
     assert result.metrics.divergence_share == pytest.approx(10 / 32)
     assert result.metrics.exact_match_rate == pytest.approx(22 / 32)
     assert result.verdict == "drift"
@@ -127,6 +130,52 @@ def test_without_forced_logprobs_first_divergence_decides() -> None:
         compare_passes(before, one), kind="determinism", reference="before", candidate="after"
     )
     assert lone.verdict == "within_floor", lone.reason
+
+
+def test_answers_that_move_while_the_scores_do_not_are_drift() -> None:
+    """The second route (rule 4): every forced logprob as the reference's, yet every greedy
+    answer departs at token 3, as a decode-only kernel or a sampler fault leaves them."""
+    lp = reference_logprobs()
+    everyone = _diverging_ids(set(range(N_PROBES)), 3)
+    result = _judge(make_pass("before", lp), make_pass("after", lp, ids=everyone))
+    assert result.primary_metric == "mean_abs_dlogprob" and result.primary_value == 0.0
+    assert result.interval_low <= result.floor  # the scores did not move
+    assert result.verdict == "drift" and result.moved == ["divergence_share"]
+    assert result.answers_moved_alone
+    assert (result.divergence_interval_low, result.divergence_floor) == (1.0, 0.0)
+    assert result.reason == (
+        "greedy answers moved while teacher-forced scores did not: decode path or sampler; "
+        "divergence_share 1 (bootstrap lower end 1) against floor 0; mean_abs_dlogprob 0 "
+        "(bootstrap lower end 0) against floor 0.000977 (epsilon): within the floor"
+    )
+    assert len(result.diff) == 5 and all(d.position == 3 for d in result.diff)
+
+
+def test_the_divergence_route_has_its_own_floor() -> None:
+    """One diverging probe of 32 is a near-tie the lower end does not call; ten are drift,
+    unless the runs' measured self-difference of the share is as large."""
+    lp = reference_logprobs()
+    before = make_pass("before", lp)
+    lone = _judge(before, make_pass("loaded", lp, ids=_diverging_ids({0}, 3)))
+    assert lone.verdict == "within_floor" and lone.moved == [], lone.reason
+    assert lone.divergence_interval_low == 0.0
+    ten = make_pass("loaded", lp, ids=_diverging_ids(set(range(10)), 3))
+    assert _judge(before, ten).verdict == "drift"
+    floored = _judge(before, ten, self_differences=[{"divergence_share": 0.5}])
+    assert floored.divergence_floor == 0.5 and floored.floor == EPSILON_MEAN_ABS_DLOGPROB_NATS
+    assert floored.verdict == "within_floor", floored.reason
+
+
+def test_scores_and_answers_moving_together_name_both() -> None:
+    lp = reference_logprobs()
+    moved = make_pass("loaded", lp + 0.01, ids=_diverging_ids(set(range(N_PROBES)), 3))
+    result = _judge(make_pass("before", lp), moved)
+    assert result.verdict == "drift" and not result.answers_moved_alone
+    assert result.moved == ["mean_abs_dlogprob", "divergence_share"]
+    assert "the lower end exceeds the floor" in result.reason
+    assert result.reason.endswith(
+        "; greedy answers moved too: divergence_share 1 (bootstrap lower end 1) against floor 0"
+    )
 
 
 def test_bootstrap_is_reproducible_and_ordered() -> None:

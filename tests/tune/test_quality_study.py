@@ -1,5 +1,5 @@
 """A tune study with a quality tolerance on the simulator: a faster trial that answers
-wrongly is rejected with its drift as the reason, and the clean slower one wins; without a
+wrongly is rejected with its fault as the reason, and the clean slower one wins; without a
 tolerance the faster one wins. Each study runs two trials: the default, then the faster
 corrupted setting, enqueued in the study's storage between two `tune run`s."""
 
@@ -66,8 +66,9 @@ def _two_trials(tmp_path: Path, name: str, *flags: str, **fields: Any) -> dict[s
 @pytest.mark.timing
 def test_a_faster_trial_that_answers_wrongly_is_infeasible_under_a_tolerance(tmp_path: Path):
     """With logprobs (the simulator speaks vLLM's), the wrong token keeps the model's
-    scores: the default's answers score the same, so |Δlogprob| is 0 and within the floor,
-    while every greedy answer departs at token 2 (rule 3 of tune.quality)."""
+    scores, so |Δlogprob| is 0; but each answer's own logprobs show its token 2 below the
+    position's best at temperature 0: not_greedy, broken whatever the tolerance (rule 1 of
+    tune.quality)."""
     # four probes keep it short; the flag replaces the file's tolerance
     quality = {"tolerance": 1.0, "prompts": 4}
     result = _two_trials(tmp_path, "right", "--quality-tolerance", "0.01", quality=quality)
@@ -79,17 +80,18 @@ def test_a_faster_trial_that_answers_wrongly_is_infeasible_under_a_tolerance(tmp
     assert default["quality"]["accepted"] and default["quality"]["reference_trial"] is None
     quality = fast["quality"]
     assert quality["reference_trial"] == 0 and not quality["accepted"], quality
-    assert quality["primary_metric"] == "mean_abs_dlogprob" and quality["primary_value"] == 0.0
-    assert quality["divergence_share"] == 1.0
+    assert quality["verdict"] == "broken" and set(quality["errors"]) == {"not_greedy"}
     assert fast["feasible"] is False
-    assert fast["reason"].startswith("greedy answers drift against trial 0: ")
+    assert fast["reason"].startswith("quality broken against trial 0: not_greedy x")
     assert result["best"] == [0]
     own = json.loads((tmp_path / "right" / fast["run_dir"] / "quality.json").read_text())
     (config,) = [c for c in own["comparisons"] if c["kind"] == "configuration"]
-    assert config["metrics"]["exact_match_rate"] == 0.0
-    assert "greedy answers drift against trial 0" in result["stderr"]
+    assert config["verdict"] == "broken" and "not_greedy" in config["reason"]
+    before = next(p for p in own["passes"] if p["name"] == "before")
+    assert any("first at token 2" in (r["error"] or "") for r in before["readings"])
+    assert "quality broken against trial 0: not_greedy" in result["stderr"]
     report = (tmp_path / "right" / "report.md").read_text()
-    assert "| quality vs default |" in report and "| greedy drift 1 share |" in report
+    assert "| quality vs default |" in report and "| broken |" in report
 
 
 @pytest.mark.timing

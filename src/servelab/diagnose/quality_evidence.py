@@ -28,6 +28,13 @@ def measured(comparison: QualityComparison) -> str:
     """'mean |Δlogprob| 0.0123 nats (95% 0.0101-0.015) against a floor of 0.000977 (epsilon)'."""
     metric = comparison.primary_metric
     unit = " nats" if metric == "mean_abs_dlogprob" else ""
+    if comparison.answers_moved_alone:
+        return (
+            f"{comparison.primary_value:.3g} nats of teacher-forced scores (within the floor) "
+            f"while the greedy answers moved: a diverging share whose 95% lower end "
+            f"{comparison.divergence_interval_low:.3g} exceeds its floor of "
+            f"{comparison.divergence_floor:.3g}"
+        )
     return (
         f"{_LABEL[metric]} {comparison.primary_value:.3g}{unit} "
         f"(95% {comparison.interval_low:.3g}-{comparison.interval_high:.3g}) against a floor "

@@ -3,18 +3,20 @@
 With `quality: {tolerance: T}` every trial runs the quality probe (bench.quality) and the
 default trial's pass is the reference of every other trial's `configuration` comparison.
 T is in the unit of that comparison's primary metric: nats of mean |Δlogprob| where the
-engine gives logprobs, else a share of probes whose greedy answer differs. The rule,
-stated before the tests (docs/TUNE.md "Only right answers"):
+engine gives logprobs, else a share of probes whose greedy answer differs. The library's
+verdict (bench.quality.verdict) decides what moved; this rule only adds the tolerance
+(docs/TUNE.md "Only right answers"):
 
-1. broken (a quality error in either pass; on the default, any quality error): infeasible.
-2. drift beyond the tolerance: the verdict is `drift` and the bootstrap interval's lower
-   end exceeds max(T, floor): infeasible. A drift whose lower end is within T is accepted.
-3. answers that moved while the scores did not: the primary metric is mean |Δlogprob|,
-   the verdict `within_floor`, yet the bootstrap lower end of the share of diverging
-   greedy answers exceeds its own floor (the larger of both runs' measured
-   self-differences of it, epsilon 0): infeasible. The model scores the default's answers
-   as the default does, so its numerics did not move, and still it answers otherwise: it
-   emits tokens its model does not rank first, which no tolerance in nats can allow.
+1. broken (a quality error in either pass, not_greedy included; on the default, any
+   quality error): infeasible.
+2. drift of the greedy answers alone (`answers_moved_alone`: divergence_share moved
+   while the primary, mean |Δlogprob|, stayed within its floor): infeasible whatever T.
+   The trial scores the default's answers as the default does, so its numerics did not
+   move, and still it answers otherwise (a decode path or a sampler): T, in nats of those
+   scores, cannot allow it.
+3. drift of the primary metric beyond the tolerance: its bootstrap lower end exceeds
+   max(T, floor): infeasible. A drift whose lower end is within T is accepted, greedy
+   answers that moved with it included: numerics allowed to move flip near-ties.
 4. otherwise accepted.
 
 A trial with no quality.json, or nothing to compare with, is not accepted either: a study
@@ -25,15 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servelab.bench.quality.compare import compare_passes
 from servelab.bench.quality.evaluate import BEFORE
 from servelab.bench.quality.plan import DEFAULT_PROMPTS, DEFAULT_SEED
 from servelab.bench.quality.results import QualityComparison, QualityPass, QualityResult
-from servelab.bench.quality.verdict import (
-    EPSILON_DIVERGENCE_SHARE,
-    bootstrap_interval,
-    self_difference,
-)
 from servelab.tune.results import TrialQuality
 
 __all__ = [
@@ -114,19 +110,17 @@ def judge_trial(
     accepted, reason = True, f"within tolerance {tolerance:g} {against}: {numbers}"
     if comparison.verdict == "broken":
         accepted, reason = False, f"quality broken {against}: {_kinds(comparison.errors)}"
+    elif comparison.answers_moved_alone:
+        accepted = False
+        reason = (
+            f"greedy answers drift {against}: {_answers_moved(comparison)}; its logprobs "
+            f"stay within the floor: {numbers}"
+        )
     elif comparison.verdict == "drift" and comparison.interval_low > max(
         tolerance, comparison.floor
     ):
         accepted = False
         reason = f"quality drift beyond tolerance {tolerance:g} {against}: {numbers}"
-    elif comparison.primary_metric == "mean_abs_dlogprob" and comparison.verdict == "within_floor":
-        moved = _answers_moved(result, reference, comparison)
-        if moved is not None:
-            accepted = False
-            reason = (
-                f"greedy answers drift {against}: {moved}; its logprobs stay within the "
-                f"floor: {numbers}"
-            )
     return TrialQuality(
         reference_trial=reference_trial,
         verdict=comparison.verdict,
@@ -135,34 +129,21 @@ def judge_trial(
         interval_low=comparison.interval_low,
         floor=comparison.floor,
         divergence_share=comparison.metrics.divergence_share,
+        moved=comparison.moved,
         errors=comparison.errors,
         accepted=accepted,
         reason=reason,
     )
 
 
-def _answers_moved(
-    result: QualityResult, reference: QualityResult, comparison: QualityComparison
-) -> str | None:
-    """Rule 3: the greedy answers' divergence, bootstrapped as the verdict bootstraps its
-    metric, against its own floor; None where it stays within it."""
-    mine, theirs = _before(result), _before(reference)
-    if mine is None or theirs is None:
-        return None
-    pairs = compare_passes(theirs, mine, reference_set=BEFORE, candidate_set=comparison.reference)
-    low, _ = bootstrap_interval(pairs, "divergence_share")
-    floors = [
-        self_difference(_determinism(run)).get("divergence_share", 0.0)
-        for run in (result, reference)
-    ]
-    floor = max(EPSILON_DIVERGENCE_SHARE, *floors)
-    if not low > floor:
-        return None
-    share = pairs.metrics.divergence_share
+def _answers_moved(comparison: QualityComparison) -> str:
+    """Rule 2's numbers: how many greedy answers differ, against their own floor."""
+    m = comparison.metrics
     return (
-        f"{round(share * pairs.metrics.probes)} of {pairs.metrics.probes} probes answer "
-        f"otherwise (divergence_share {share:.3g}, lower end {low:.3g} over its floor "
-        f"{floor:.3g}): tokens its model does not rank first"
+        f"{round(m.divergence_share * m.probes)} of {m.probes} probes answer otherwise "
+        f"(divergence_share {m.divergence_share:.3g}, lower end "
+        f"{comparison.divergence_interval_low or 0:.3g} over its floor "
+        f"{comparison.divergence_floor or 0:.3g}): a decode path or sampler"
     )
 
 
@@ -176,10 +157,6 @@ def _numbers(comparison: QualityComparison) -> str:
 
 def _before(result: QualityResult) -> QualityPass | None:
     return next((p for p in result.passes if p.name == BEFORE), None)
-
-
-def _determinism(result: QualityResult) -> QualityComparison | None:
-    return next((c for c in result.comparisons if c.kind == "determinism"), None)
 
 
 def _kinds(errors: dict[str, int]) -> str:

@@ -186,6 +186,12 @@ class TrialQuality(BaseModel):
         default=None,
         description="Share of probes whose greedy answer differs from the default's.",
     )
+    moved: list[Literal["mean_abs_dlogprob", "divergence_share"]] = Field(
+        default_factory=list,
+        description="The comparison's metrics past their floor (its `moved`); "
+        "divergence_share without the primary: greedy answers that moved while the "
+        "teacher-forced scores did not.",
+    )
     errors: dict[str, int] = Field(
         default_factory=dict, description="Quality errors by kind (this trial's passes)."
     )
@@ -199,7 +205,8 @@ class TrialQuality(BaseModel):
             return "reference" if self.reference_trial is None and self.accepted else "not judged"
         if self.verdict == "broken" or self.primary_value is None:
             return self.verdict
-        if self.verdict == "within_floor" and not self.accepted and self.divergence_share:
+        moved_alone = self.moved and self.primary_metric not in self.moved
+        if moved_alone and self.divergence_share is not None:
             return f"greedy drift {self.divergence_share:.3g} share"
         unit = "nats" if self.primary_metric == "mean_abs_dlogprob" else "share"
         return f"{self.verdict} {self.primary_value:.3g} {unit}"

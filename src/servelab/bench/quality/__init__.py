@@ -2,10 +2,11 @@
 compared against the noise floor of a repeat, one verdict per comparison.
 
 Modules, one job each: probes (the probe set), client (a pass over HTTP), wire (reading
-the engines' answers), compare (two passes to metrics), verdict (floor and verdict),
-diff (where answers part ways), evaluate (passes to quality.json's document), results
-(the typed documents). docs/QUALITY.md has the schema and the rules. Callers that only
-read results may import servelab.bench.quality.results alone (no HTTP client loaded).
+the engines' answers), greedy (the not_greedy check on an answer's own logprobs), compare
+(two passes to metrics), verdict (floor and verdict), diff (where answers part ways),
+evaluate (passes to quality.json's document), results (the typed documents).
+docs/QUALITY.md has the schema and the rules. Callers that only read results may import
+servelab.bench.quality.results alone (no HTTP client loaded).
 """
 
 from servelab.bench.quality.client import (
@@ -17,6 +18,7 @@ from servelab.bench.quality.client import (
 from servelab.bench.quality.compare import PairComparison, ProbePair, compare_passes
 from servelab.bench.quality.diff import first_divergences
 from servelab.bench.quality.evaluate import BEFORE, evaluate_quality, reference_label
+from servelab.bench.quality.greedy import GREEDY_TOLERANCE_NATS, TOP_LOGPROBS
 from servelab.bench.quality.probes import (
     DEFAULT_PROBES,
     DEFAULT_SEED,
@@ -52,8 +54,10 @@ __all__ = [
     "DEFAULT_SEED",
     "DEFAULT_TIMEOUT_S",
     "EPSILONS",
+    "GREEDY_TOLERANCE_NATS",
     "PROBES_FILE",
     "QUALITY_FILE",
+    "TOP_LOGPROBS",
     "DiffEntry",
     "ForcedReading",
     "ForcedSet",

@@ -7,10 +7,11 @@ carries it: a pass is a few dozen requests, and the bench's own transport is bui
 thousands of streams, not for the JSON bodies and the /tokenize calls a pass needs.
 
 What each engine is asked (docs/QUALITY.md "Wire formats"):
-- free-running: a stream with usage; `logprobs` (1 on completions, true on chat) except on
-  transformers serve, which rejects it; vLLM also `return_tokens_as_token_ids`, so the
-  tokens come back as exact ids. A 400 to the first request that asks for logprobs turns
-  them off for the client, with the reason.
+- free-running: a stream with usage; `logprobs` (TOP_LOGPROBS on completions, true with
+  `top_logprobs: TOP_LOGPROBS` on chat, so the not_greedy check sees each position's
+  best) except on transformers serve, which rejects it; vLLM also
+  `return_tokens_as_token_ids`, so the tokens come back as exact ids. A 400 to the first
+  request that asks for logprobs turns them off for the client, with the reason.
 - teacher-forced, given a reference pass: vLLM `prompt_logprobs` on the prompt's ids (its
   /tokenize) followed by the reference's ids; SGLang's /generate with `input_ids`,
   `return_logprob`, `logprob_start_len`; other OpenAI endpoints `echo` with `logprobs`
@@ -31,6 +32,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from servelab.bench.endpoint import Api
+from servelab.bench.quality.greedy import TOP_LOGPROBS
 from servelab.bench.quality.probes import Probe
 from servelab.bench.quality.results import (
     EngineName,
@@ -226,7 +228,10 @@ class QualityClient:
         else:
             body["prompt"] = probe.prompt
         if logprobs:
-            body["logprobs"] = True if self.target.chat else 1
+            if self.target.chat:
+                body |= {"logprobs": True, "top_logprobs": TOP_LOGPROBS}
+            else:
+                body["logprobs"] = TOP_LOGPROBS
             if self.target.engine == "vllm":
                 body["return_tokens_as_token_ids"] = True
         return body

@@ -49,6 +49,7 @@ PROBES_FILE = "quality_probes.jsonl"
 EngineName = Literal["vllm", "sglang", "openai", "transformers"]
 QualityErrorKind = Literal[
     "nan_logprob",
+    "not_greedy",
     "reasoning_only",
     "no_finish_reason",
     "short_stream",
@@ -57,7 +58,8 @@ QualityErrorKind = Literal[
     "malformed",
 ]
 """Outputs that are not answers (docs/QUALITY.md "Quality errors"):
-nan_logprob: a NaN or ±inf logprob; reasoning_only: empty `content` with text in
+nan_logprob: a NaN or ±inf logprob; not_greedy: at temperature 0, a token emitted below
+its position's best top logprob (bench.quality.greedy); reasoning_only: empty `content` with text in
 `reasoning_content`; no_finish_reason: a stream that ended without one; short_stream:
 fewer tokens streamed than `usage.completion_tokens`; http: a 4xx/5xx answer; transport:
 no connection, a cut connection or a timeout; malformed: a body that is not the JSON
@@ -250,7 +252,26 @@ class QualityComparison(_Model):
     floor_source: Literal["measured", "epsilon"] = Field(description="Which one set the floor.")
     verdict: Verdict = Field(
         description="broken on any quality error in either pass; else drift when "
-        "interval_low > floor; else within_floor."
+        "interval_low > floor, or (primary mean_abs_dlogprob) when "
+        "divergence_interval_low > divergence_floor; else within_floor."
+    )
+    moved: list[PrimaryMetric] = Field(
+        default_factory=list,
+        description="The metrics whose bootstrap lower end exceeds their floor, the "
+        "primary first: what made the verdict drift. ['divergence_share'] where the "
+        "primary is mean_abs_dlogprob: greedy answers moved while the teacher-forced "
+        "scores did not (a decode path or sampler). Empty on within_floor and broken.",
+    )
+    divergence_interval_low: float | None = Field(
+        default=None,
+        description="Where the primary is mean_abs_dlogprob: the lower end of the "
+        "bootstrap interval of divergence_share (one-sided 97.5%); None where "
+        "divergence_share is the primary (interval_low).",
+    )
+    divergence_floor: float | None = Field(
+        default=None,
+        description="Its floor: the larger of divergence_share's epsilon and the measured "
+        "self-difference of it; None where divergence_share is the primary (floor).",
     )
     reason: str = Field(description="The verdict in one line, with its numbers.")
     errors: dict[str, int] = Field(
@@ -259,6 +280,12 @@ class QualityComparison(_Model):
     diff: list[DiffEntry] = Field(
         default_factory=list, description="First divergences of the worst probes."
     )
+
+    @property
+    def answers_moved_alone(self) -> bool:
+        """Drift by the greedy answers while the teacher-forced scores stayed within their
+        floor: a decode path or a sampler, which no tolerance in nats can measure."""
+        return bool(self.moved) and self.primary_metric not in self.moved
 
 
 class QualityResult(_Model):

@@ -9,10 +9,16 @@ The rule, fixed before any test was written (docs/QUALITY.md "Verdicts"):
    comparison itself is floored by the epsilon alone: it is the self-difference.
 3. The probes are resampled with replacement BOOTSTRAP_RESAMPLES times and the metric
    recomputed on each; `drift` when the 2.5th percentile of those values (the lower end
-   of a one-sided 97.5% interval) exceeds the floor, else `within_floor`. Put as a factor:
-   the value must exceed the floor by value / lower end, a factor the bootstrap derives
-   from how the difference is spread over the probes (one probe that moves a lot gives a
-   wide interval and a large factor; all probes moving a little give a narrow one).
+   of a one-sided 97.5% interval) exceeds the floor. Put as a factor: the value must
+   exceed the floor by value / lower end, a factor the bootstrap derives from how the
+   difference is spread over the probes (one probe that moves a lot gives a wide interval
+   and a large factor; all probes moving a little give a narrow one).
+4. Where the primary is mean |Δlogprob|, also `drift` when divergence_share's lower end,
+   from the same resamples, exceeds its own floor (step 2's, for that metric). Teacher
+   forcing scores the reference's tokens through the prompt, so a decode-only kernel or a
+   sampler fault moves the greedy answers and leaves every forced logprob as it was; this
+   is the route that sees it. `moved` names the metrics past their floor.
+5. Else `within_floor`.
 """
 
 from __future__ import annotations
@@ -76,26 +82,44 @@ def judge(
     seed: int = BOOTSTRAP_SEED,
 ) -> QualityComparison:
     """The comparison's verdict by the module's rule; `self_differences` are the
-    determinism values that raise the floor (none for the determinism comparison)."""
+    determinism values that raise the floors (none for the determinism comparison)."""
+    measured = list(self_differences)
     metric = comparison.primary_metric
     value = metric_value(comparison.pairs, metric)
     low, high = bootstrap_interval(comparison, metric, resamples=resamples, seed=seed)
-    measured = max((d[metric] for d in self_differences if metric in d), default=None)
-    epsilon = EPSILONS[metric]
-    floor = max(epsilon, measured) if measured is not None else epsilon
-    source: Literal["measured", "epsilon"] = (
-        "measured" if measured is not None and measured > epsilon else "epsilon"
-    )
+    floor, source = _floor(metric, measured)
     numbers = (
         f"{metric} {value:.3g} (bootstrap lower end {low:.3g}) against floor {floor:.3g} ({source})"
     )
+    moved: list[PrimaryMetric] = [metric] if low > floor else []
+    share_low: float | None = None
+    share_floor: float | None = None
+    share = ""
+    if metric == "mean_abs_dlogprob":
+        share_low, _ = bootstrap_interval(
+            comparison, "divergence_share", resamples=resamples, seed=seed
+        )
+        share_floor, _ = _floor("divergence_share", measured)
+        share = (
+            f"divergence_share {comparison.metrics.divergence_share:.3g} (bootstrap lower "
+            f"end {share_low:.3g}) against floor {share_floor:.3g}"
+        )
+        if share_low > share_floor:
+            moved.append("divergence_share")
     verdict: Verdict
     if comparison.errors:
         kinds = ", ".join(f"{k} x{n}" for k, n in comparison.errors.items())
-        verdict, reason = "broken", f"quality errors: {kinds}"
-    elif low > floor:
+        verdict, reason, moved = "broken", f"quality errors: {kinds}", []
+    elif moved and metric not in moved:
+        verdict = "drift"
+        reason = (
+            "greedy answers moved while teacher-forced scores did not: decode path or "
+            f"sampler; {share}; {numbers}: within the floor"
+        )
+    elif moved:
         factor = f", {low / floor:.3g}x the floor" if floor > 0 else ""
-        verdict, reason = "drift", f"{numbers}: the lower end exceeds the floor{factor}"
+        also = f"; greedy answers moved too: {share}" if len(moved) > 1 else ""
+        verdict, reason = "drift", f"{numbers}: the lower end exceeds the floor{factor}{also}"
     else:
         verdict, reason = "within_floor", f"{numbers}: the lower end is within the floor"
     return QualityComparison(
@@ -111,9 +135,23 @@ def judge(
         floor_source=source,
         verdict=verdict,
         reason=reason,
+        moved=moved,
+        divergence_interval_low=share_low,
+        divergence_floor=share_floor,
         errors=comparison.errors,
         diff=first_divergences(comparison.pairs),
     )
+
+
+def _floor(
+    metric: PrimaryMetric, measured: Iterable[Mapping[PrimaryMetric, float]]
+) -> tuple[float, Literal["measured", "epsilon"]]:
+    """The larger of the metric's epsilon and its measured self-differences, and which."""
+    epsilon = EPSILONS[metric]
+    worst = max((d[metric] for d in measured if metric in d), default=None)
+    if worst is not None and worst > epsilon:
+        return worst, "measured"
+    return epsilon, "epsilon"
 
 
 def self_difference(determinism: QualityComparison | None) -> dict[PrimaryMetric, float]:

@@ -8,10 +8,10 @@ is due is read as NaN too: pydantic, which vLLM and SGLang serialise with, write
 null.
 
 Formats (docs/QUALITY.md "Wire formats"):
-- completions stream: `choices[0].text`, `choices[0].logprobs.tokens/token_logprobs`
-  (vLLM's `return_tokens_as_token_ids` makes tokens "token_id:<id>");
+- completions stream: `choices[0].text`, `choices[0].logprobs.tokens/token_logprobs/
+  top_logprobs` (vLLM's `return_tokens_as_token_ids` makes tokens "token_id:<id>");
 - chat stream: `choices[0].delta.content` / `reasoning_content` (or `reasoning`),
-  `choices[0].logprobs.content[i].token/logprob`;
+  `choices[0].logprobs.content[i].token/logprob/top_logprobs`;
 - vLLM `prompt_logprobs`: one entry per prompt token, None or {"<id>": {"logprob",
   "rank", "decoded_token"}};
 - SGLang /generate: `meta_info.input_token_logprobs` as [logprob, id, text] per scored
@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from servelab.bench.quality.greedy import not_greedy
 from servelab.bench.quality.results import ProbeReading, QualityErrorKind, TokenSource
 
 __all__ = [
@@ -56,7 +57,7 @@ def loads(data: bytes | str) -> Any:
 
 @dataclass(slots=True)
 class Answer:
-    """A streamed greedy answer, event by event, then judged (`reading`)."""
+    """A streamed answer at temperature 0, event by event, then judged (`reading`)."""
 
     chat: bool
     texts: list[str] = field(default_factory=list)
@@ -66,6 +67,8 @@ class Answer:
     pieces: list[str] = field(default_factory=list)
     """The engine's token strings from logprobs ("token_id:<id>" with vLLM's ids)."""
     logprobs: list[float] = field(default_factory=list)
+    tops: list[list[float] | None] = field(default_factory=list)
+    """Each token's top logprobs as the engine listed them; None where it listed none."""
     saw_logprobs: bool = False
     finish_reason: str | None = None
     completion_tokens: int | None = None
@@ -97,12 +100,13 @@ class Answer:
             self.reasoning_chars += len(reasoning)
         else:
             text = choice.get("text") or ""
-        pieces, values = _choice_logprobs(choice.get("logprobs"), chat=self.chat)
+        pieces, values, tops = _choice_logprobs(choice.get("logprobs"), chat=self.chat)
         if pieces:
             self.saw_logprobs = True
             self.shown.extend([text if i == 0 else "" for i in range(len(pieces))])
             self.pieces.extend(pieces)
             self.logprobs.extend(values)
+            self.tops.extend(tops)
         elif text:
             self.shown.append(text)
         if text:
@@ -135,12 +139,20 @@ class Answer:
         )
 
     def _judge(self) -> tuple[QualityErrorKind | None, str | None]:
-        """The worst fault first: numbers, then an answer not given, then a cut stream."""
+        """The worst fault first: numbers, then tokens not greedy, then an answer not
+        given, then a cut stream."""
         if self.server_error is not None:
             return "http", f"error in the stream: {self.server_error}"
         bad = [i for i, v in enumerate(self.logprobs) if not math.isfinite(v)]
         if bad:
             return "nan_logprob", f"{len(bad)} non-finite logprobs, first at token {bad[0]}"
+        wrong = not_greedy(self.logprobs, self.tops)
+        if wrong is not None:
+            return "not_greedy", (
+                f"{wrong.tokens} tokens emitted at temperature 0 below their position's best "
+                f"top logprob, first at token {wrong.first} ({wrong.first_gap_nats:.3g} nats "
+                "under)"
+            )
         if self.chat and not self.texts and self.reasoning_chars:
             return "reasoning_only", (
                 f"content empty, {self.reasoning_chars} characters in reasoning_content"
@@ -232,21 +244,42 @@ def parse_echo(body: Any, *, prompt_chars: int, continuation_chars: int) -> Forc
     return ForcedParse([_number(values[i]) for i in picked], top1, [tokens[i] for i in picked])
 
 
-def _choice_logprobs(lp: Any, *, chat: bool) -> tuple[list[str], list[float]]:
-    """(token strings, logprobs) of one choice's logprobs object; empty where absent."""
+def _choice_logprobs(
+    lp: Any, *, chat: bool
+) -> tuple[list[str], list[float], list[list[float] | None]]:
+    """(token strings, logprobs, top logprobs) of one choice's logprobs object; empty
+    where absent, a None per token where its top logprobs are."""
     if not isinstance(lp, dict):
-        return [], []
+        return [], [], []
     if chat:
         content = lp.get("content") or []
         if not isinstance(content, list):
             raise Malformed("logprobs.content is not a list")
-        return [str(c.get("token", "")) for c in content], [
-            _number(c.get("logprob")) for c in content
-        ]
+        return (
+            [str(c.get("token", "")) for c in content],
+            [_number(c.get("logprob")) for c in content],
+            [_top_values(c.get("top_logprobs")) for c in content],
+        )
     tokens, values = lp.get("tokens") or [], lp.get("token_logprobs") or []
     if len(tokens) != len(values):
         raise Malformed("logprobs.tokens and token_logprobs differ in length")
-    return [str(t) for t in tokens], [_number(v) for v in values]
+    tops = lp.get("top_logprobs")
+    per_token = tops if isinstance(tops, list) and len(tops) == len(tokens) else []
+    return (
+        [str(t) for t in tokens],
+        [_number(v) for v in values],
+        [_top_values(t) for t in per_token] or [None] * len(tokens),
+    )
+
+
+def _top_values(top: Any) -> list[float] | None:
+    """The logprobs of one position's top list: completions' {token: logprob}, chat's
+    [{"token", "logprob"}]; None where there is none."""
+    if isinstance(top, dict):
+        return [_number(v) for v in top.values()]
+    if isinstance(top, list):
+        return [_number(_logprob_of(t)) for t in top]
+    return None
 
 
 def _ids(pieces: list[str]) -> list[int] | None:

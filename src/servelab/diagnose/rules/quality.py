@@ -93,6 +93,9 @@ _ERROR_ADVICE = {
     "died during the probe",
     "malformed": "answers not in the format the wire promises: check that --engine names "
     "the engine that served the run",
+    "not_greedy": "at temperature 0 the engine emitted tokens below the best of its own top "
+    "logprobs: its sampler or decode path did not take the argmax; check sampling defaults "
+    "the server adds (generation_config, penalties) and speculative decoding",
 }
 
 
