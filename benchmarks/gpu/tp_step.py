@@ -11,8 +11,11 @@ The model is the embedded preset's Qwen3-MoE shapes (`get_preset`) written in pl
 with random weights: each tensor is drawn whole from a generator seeded by its name and
 then sliced, so every rank and every tp size holds slices of the same model. The script
 spawns --tp processes itself (torch.multiprocessing; gloo on the CPU, NCCL on CUDA, a free
-port on 127.0.0.1), once per tp size. Sharding, per layer:
+port on 127.0.0.1), once per tp size. Sharding:
 
+- embedding: vocab-parallel; each rank holds a 1/tp slice of the vocabulary's rows, looks
+  up the ids in its slice, gives zeros for the others, and an all-reduce sums the ranks'
+  rows (exactly one of them is not zero);
 - attention: query heads split over the ranks; KV heads split while tp <= KV heads, else
   each rank holds the one KV head its query heads use (replicated tp / KV-heads times);
   QKV column-parallel, the output projection row-parallel, then an all-reduce;
@@ -22,12 +25,14 @@ port on 127.0.0.1), once per tp size. Sharding, per layer:
   tokens, sends each token's row to the experts it was routed to (all_to_all_single),
   gets the results back the same way, and the all-reduce after the experts sums the
   ranks' own rows (the others are zero), which is how every rank gets every token back;
-- logits: the lm_head is vocab-parallel and the logits are all-gathered (the embedding is
-  replicated, so its lookup needs none). So 2 x layers + 1 collectives sit where
-  servelab's model counts its all-reduces (model/_costs.py attributes its +1 to a
-  vocab-parallel embedding and prices the logits gather apart), plus 2 all-to-alls per
-  layer under ep. Each collective issued is counted and reported; at tp = 1 none is
-  issued, as the model counts none.
+- logits: the lm_head is vocab-parallel and its float32 logits are all-gathered.
+
+These are the collectives servelab's model prices for a decode step (model/_costs.py,
+`_stage`): 2 x layers + 1 all-reduces (after attention and after the experts in every
+layer, and the embedding's), one all-gather of the logits (float32, as the model prices
+them), and under ep 2 all-to-alls per MoE layer (dispatch and combine); at tp = 1 none. Each
+collective issued is counted by kind and reported beside the model's own count for the
+same layout (tp, and ep = tp under --experts ep); a mismatch fails the run.
 
 Experts run densely: every local expert on every row it could receive, weighted by the
 router's weights (zero where a token was not routed). The shapes are then fixed (no host
@@ -56,9 +61,10 @@ on the CPU); a step's time is the slowest rank's, and the median over steps is r
 
 Correctness: rank 0 also holds the whole model (tp = 1, built the same way) and runs the
 same step; the logits of tp = N must match it within LOGITS_TOLERANCE. The check always
-runs in float32 (on CUDA the timed model is bfloat16 by default, built a second time), and
-a failed check makes the script exit 1. Bad input (a tp size the preset cannot split, an
-unknown preset, more ranks than GPUs) is one line on stderr and exit code 2.
+runs in float32 (on CUDA the timed model is bfloat16 by default, built a second time).
+A failed check, or collectives that differ from the model's count, makes the script exit
+1. Bad input (a tp size the preset cannot split, an unknown preset, more ranks than GPUs)
+is one line on stderr and exit code 2.
 
 In every process it starts it sets NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 and NVSHMEM_DISABLE_NVLS=1 unless already set, and it records NCCL_P2P_DISABLE as found.
@@ -94,8 +100,9 @@ try:
 except ModuleNotFoundError:  # run from a source tree where servelab is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
     from servelab.engines.embedded import VOCAB_SIZE, EmbeddedPreset, get_preset
+from servelab.model import decode_step, deploy, kernel_counts
 
-SCHEMA = "servelab.bench.tp_step/1"
+SCHEMA = "servelab.bench.tp_step/2"
 LOGITS_TOLERANCE = 1e-4
 """Largest |logit| difference allowed between tp = N and tp = 1, both float32.
 
@@ -151,8 +158,10 @@ class Row:
     """"split" (each rank a distinct share) or "replicated" (tp exceeds the KV heads)."""
     kv_heads_per_rank: int
     collectives_per_step: dict[str, int]
-    model_collectives_per_step: int
-    """all_reduce + all_gather issued: the 2 x layers + 1 servelab's model counts (0 at tp 1)."""
+    """Issued by one step, by kind (all_reduce, all_gather, all_to_all); {} at tp 1."""
+    model_collectives_per_step: dict[str, int]
+    """What servelab's model prices for the same step and layout, by kind (_model_collectives)."""
+    collectives_match_model: bool
     eager_ms: float
     compute_ms: float
     comm_ms: float
@@ -214,12 +223,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
         _log(f"wrote {args.json_out}")
-    failed = [row for row in rows if not row["check_passed"]]
+    failed = [row for row in rows if not row["check_passed"] or not row["collectives_match_model"]]
     for row in failed:
-        _log(
-            f"logits check failed: tp {row['tp']} experts={row['experts']} batch "
-            f"{row['batch']}: max |diff| {row['max_abs_diff']:.3g} > {LOGITS_TOLERANCE:g}"
-        )
+        where = f"tp {row['tp']} experts={row['experts']} batch {row['batch']}"
+        if not row["check_passed"]:
+            _log(
+                f"logits check failed: {where}: max |diff| {row['max_abs_diff']:.3g} > "
+                f"{LOGITS_TOLERANCE:g}"
+            )
+        if not row["collectives_match_model"]:
+            _log(
+                f"collectives differ from the model's: {where}: issued "
+                f"{row['collectives_per_step']}, model {row['model_collectives_per_step']}"
+            )
     return 1 if failed or errors or not rows else 0
 
 
@@ -357,6 +373,7 @@ def _measure(
     check_cache = _cache(preset, shard, batch, plan.context, torch.float32, device)
     logits = _step(checked, check_cache, ids, real)
     collectives = dict(real.counts)
+    model = _model_collectives(plan.preset, plan.tp, mode, batch, plan.context)
     diff = 0.0
     if reference is not None:
         full = _cache(preset, _Shard.of(preset, 1, 0), batch, plan.context, torch.float32, device)
@@ -394,8 +411,8 @@ def _measure(
         kv_heads="split" if shard.kv_split else "replicated",
         kv_heads_per_rank=shard.kv_heads,
         collectives_per_step=collectives,
-        model_collectives_per_step=collectives.get("all_reduce", 0)
-        + collectives.get("all_gather", 0),
+        model_collectives_per_step=model,
+        collectives_match_model=collectives == model,
         eager_ms=eager_ms,
         compute_ms=compute_ms,
         comm_ms=eager_ms - compute_ms,
@@ -407,6 +424,29 @@ def _measure(
         max_abs_diff=diff,
         check_passed=diff <= LOGITS_TOLERANCE,
     )
+
+
+def _model_collectives(preset: str, tp: int, mode: str, batch: int, context: int) -> dict[str, int]:
+    """The collectives servelab's model prices for this decode step, by kind (zeros left out).
+
+    The deployment is the preset's model-catalogue twin at tp (ep = tp under --experts ep,
+    as here); the GPU and the weight format change no count. all_reduce is the model's own
+    count, `decode_step(...).allreduces` (2 x layers + 1 at tp > 1). The model exposes no
+    count of the others, so they follow model/_costs.py `_stage`, which prices one
+    all-gather of the logits on the last stage (`comm.allgather_s`) and, under ep > 1,
+    2 all-to-alls per MoE layer (dispatch and combine); their sum with the all-reduces is
+    checked against `kernel_counts(...).collectives`, the model's count of every collective.
+    """
+    dep = deploy(preset, gpu="h100", tp=tp, ep=tp if mode == "ep" else 1, weights="bf16")
+    counts = {
+        "all_reduce": decode_step(dep, batch, context).allreduces,
+        "all_gather": 1 if tp > 1 else 0,
+        "all_to_all": 2 * len(dep.model.moe_layers) if mode == "ep" and tp > 1 else 0,
+    }
+    total = kernel_counts(dep).collectives
+    if sum(counts.values()) != total:
+        raise RuntimeError(f"servelab's model counts {total} collectives, not {counts}")
+    return {kind: count for kind, count in counts.items() if count}
 
 
 # ---------------------------------------------------------------- the sharded model
@@ -457,6 +497,7 @@ class _Model:
     mode: str
     dtype: torch.dtype
     embed: torch.Tensor
+    """(vocab / tp, hidden): vocab-parallel, this rank's rows."""
     layers: list[_Layer]
     lm_head: torch.Tensor
     """(vocab / tp, hidden): vocab-parallel."""
@@ -514,7 +555,7 @@ def _build(
         shard=shard,
         mode=mode,
         dtype=dtype,
-        embed=draw("embed", (VOCAB_SIZE, h), slice(None)),
+        embed=draw("embed", (VOCAB_SIZE, h), _part(VOCAB_SIZE, shard)),
         layers=layers,
         lm_head=draw("lm_head", (VOCAB_SIZE, h), _part(VOCAB_SIZE, shard)),
     )
@@ -610,7 +651,7 @@ def _step(model: _Model, cache: _Cache, ids: torch.Tensor, comm: _Comm) -> torch
     preset, shard = model.preset, model.shard
     d, batch = preset.head_dim, ids.shape[0]
     q_width, kv_width = shard.q_heads * d, shard.kv_heads * d
-    x = model.embed[ids]
+    x = _embed(model, ids, comm)
     for i, layer in enumerate(model.layers):
         q, k, v = (_rms(x) @ layer.qkv.T).split([q_width, kv_width, kv_width], dim=-1)
         q = _rope(_rms(q.view(batch, shard.q_heads, 1, d)), cache)
@@ -621,8 +662,19 @@ def _step(model: _Model, cache: _Cache, ids: torch.Tensor, comm: _Comm) -> torch
         x = x + comm.all_reduce(attn.reshape(batch, q_width) @ layer.o.T)
         moe = _experts_tp if model.mode == "tp" else _experts_ep
         x = x + moe(_rms(x), layer, preset, shard, comm)
-    logits = comm.all_gather(_rms(x) @ model.lm_head.T)  # (tp, batch, vocab / tp)
-    return logits.permute(1, 0, 2).reshape(batch, VOCAB_SIZE).float()
+    # Float32 before the gather: the model prices 4-byte logits.
+    logits = comm.all_gather((_rms(x) @ model.lm_head.T).float())  # (tp, batch, vocab / tp)
+    return logits.permute(1, 0, 2).reshape(batch, VOCAB_SIZE)
+
+
+def _embed(model: _Model, ids: torch.Tensor, comm: _Comm) -> torch.Tensor:
+    """Vocab-parallel lookup: this rank's rows for the ids in its slice, zeros for the
+    rest, then an all-reduce (each id's row comes from the one rank holding it)."""
+    rows = model.embed.shape[0]
+    local = ids - model.shard.rank * rows
+    outside = (local < 0) | (local >= rows)
+    x = model.embed[local.clamp(0, rows - 1)].masked_fill(outside.unsqueeze(-1), 0)
+    return comm.all_reduce(x)
 
 
 def _experts_tp(
@@ -774,8 +826,8 @@ def _meta(args: argparse.Namespace, preset: EmbeddedPreset, dtype: str) -> dict[
         "experts_per_token": preset.num_experts_per_tok,
         "moe_intermediate_size": preset.moe_intermediate_size,
         "vocab_size": VOCAB_SIZE,
-        "expected_model_collectives_per_step": 2 * layers + 1,
-        "logits_collective": "all_gather (vocab-parallel lm_head)",
+        "embedding": "vocab-parallel, all_reduce",
+        "logits": "vocab-parallel lm_head, float32 all_gather",
         "p2p_disabled": os.environ.get("NCCL_P2P_DISABLE", "0") not in ("", "0"),
         "nccl_p2p_disable_env": os.environ.get("NCCL_P2P_DISABLE"),
         "platform_env": {name: os.environ.get(name) for name in PLATFORM_ENV},
@@ -795,12 +847,13 @@ def _markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"NCCL_P2P_DISABLE={meta['nccl_p2p_disable_env']}",
         f"{meta['layers']} layers, {meta['attention_heads']} heads, {kv} KV heads (split "
         f"while tp <= {kv}, replicated beyond), {meta['experts']} experts (top-"
-        f"{meta['experts_per_token']}); logits by {meta['logits_collective']}; "
+        f"{meta['experts_per_token']}); embedding {meta['embedding']}; logits "
+        f"{meta['logits']}; collectives issued / servelab model's count; "
         f"compute = the step with no-op collectives, comm = step - compute",
         "",
-        "| tp | experts | batch | KV heads/rank | AR+AG (2L+1) | all-to-all | eager ms "
-        "| compute ms | comm ms | graph ms | graph comm ms | max abs diff | check |",
-        "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| tp | experts | batch | KV heads/rank | all-reduce | all-gather | all-to-all "
+        "| eager ms | compute ms | comm ms | graph ms | graph comm ms | max abs diff | check |",
+        "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         graph = _fmt(row["graph_ms"]) if row["graph_ms"] is not None else "skipped"
@@ -809,15 +862,18 @@ def _markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             row["experts"],
             str(row["batch"]),
             f"{row['kv_heads_per_rank']} ({row['kv_heads']})",
-            str(row["model_collectives_per_step"]),
-            str(row["collectives_per_step"].get("all_to_all", 0)),
+            *(
+                f"{row['collectives_per_step'].get(kind, 0)} / "
+                f"{row['model_collectives_per_step'].get(kind, 0)}"
+                for kind in ("all_reduce", "all_gather", "all_to_all")
+            ),
             _fmt(row["eager_ms"]),
             _fmt(row["compute_ms"]),
             _fmt(row["comm_ms"]),
             graph,
             _fmt(row["graph_comm_ms"]),
             f"{row['max_abs_diff']:.2e}",
-            "pass" if row["check_passed"] else "FAIL",
+            "pass" if row["check_passed"] and row["collectives_match_model"] else "FAIL",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     reasons = sorted({row["graph_error"] for row in rows if row["graph_error"]})

@@ -32,7 +32,8 @@ def test_tp_step_script_on_cpu(tmp_path: Path):
     assert (document["device"], document["dtype"], document["preset"]) == ("cpu", "float32", "tiny")
     assert document["context"] == 8
     assert document["p2p_disabled"] in (True, False)
-    assert document["expected_model_collectives_per_step"] == 2 * layers + 1
+    assert document["schema"] == "servelab.bench.tp_step/2"
+    assert document["embedding"] == "vocab-parallel, all_reduce"
     assert document["errors"] == []
     rows = document["rows"]
     assert [(row["tp"], row["experts"], row["batch"]) for row in rows] == [
@@ -43,9 +44,13 @@ def test_tp_step_script_on_cpu(tmp_path: Path):
         if row["tp"] == 1:
             assert issued == {} and row["max_abs_diff"] == 0.0
         else:
-            assert issued["all_reduce"] + issued["all_gather"] == 2 * layers + 1
-            assert row["model_collectives_per_step"] == 2 * layers + 1
-            assert issued.get("all_to_all", 0) == (2 * layers if row["experts"] == "ep" else 0)
+            # 2 per layer and the vocab-parallel embedding's, then the logits' gather.
+            expected = {"all_reduce": 2 * layers + 1, "all_gather": 1}
+            if row["experts"] == "ep":
+                expected["all_to_all"] = 2 * layers  # every tiny layer is MoE
+            assert issued == expected
+        assert row["model_collectives_per_step"] == issued
+        assert row["collectives_match_model"] is True
         # tiny has 2 KV heads: split at tp 1 and 2.
         assert (row["kv_heads"], row["kv_heads_per_rank"]) == ("split", 2 // row["tp"])
         assert row["check_passed"] and row["max_abs_diff"] <= document["tolerance"]
