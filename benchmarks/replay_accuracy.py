@@ -33,6 +33,7 @@ PAIRS = (
     (CPU_RUNS, "vllm-cpu-kv-limited", "vllm-cpu-kv-applied", FindingKind.KV_CAPACITY),
     (GPU_RUNS, "kv2", "kv2-applied", FindingKind.KV_CAPACITY),
     (GPU_RUNS, "batch2", "batch2-applied", FindingKind.BATCH_TOKEN_BUDGET),
+    (GPU_RUNS, "graphs2", "graphs2-applied", FindingKind.LAUNCH_OVERHEAD),
 )
 """(folder, planted run, its rerun with the action, the planted kind): the suite's vLLM for
 CPUs, and h200-ref under transformers serve on one H100 (benchmarks/gpu/run_all.sh, part
