@@ -59,6 +59,8 @@
 #             one diagnose asked for) and `--applies` naming the finding; both diagnosed
 #             and tarred to $OUT/pair-CASE.tgz with requests.jsonl gzipped (for
 #             benchmarks/replay_accuracy.py).
+#   tp        benchmarks/gpu/tp_step.py at every tp up to the GPUs present (1, 2, 4, 8), batch
+#             1 and 64, with P2P and, past one GPU, again with NCCL_P2P_DISABLE=1
 #   quality   the quality probe, CUDA graphs against eager: h200-ref under transformers
 #             serve with CUDA graphs off and `--quality`, then on with `--quality-ref` the
 #             first (one 10 s level of 8 streams, 512 in / 64 out, each); both run
@@ -301,6 +303,18 @@ PY
     done
     grep -E "^pair-" "$LOGS/times.txt"
     rm -rf "$LOGS/pairs"
+fi
+
+if [[ " $PARTS " == *" tp "* ]]; then
+    gpus=$(nvidia-smi --list-gpus | wc -l)
+    sizes=$(python3 -c "print(','.join(str(n) for n in (1, 2, 4, 8) if n <= $gpus))")
+    timed tp-step python3 benchmarks/gpu/tp_step.py --preset h200-ref --device cuda \
+        --tp "$sizes" --batch 1,64 --json-out "$LOGS/tp-step.json"
+    if [ "$gpus" -gt 1 ]; then
+        NCCL_P2P_DISABLE=1 timed tp-step-nop2p python3 benchmarks/gpu/tp_step.py \
+            --preset h200-ref --device cuda --tp "${sizes#1,}" --batch 1,64 \
+            --json-out "$LOGS/tp-step-nop2p.json"
+    fi
 fi
 
 if [[ " $PARTS " == *" quality "* ]]; then
