@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from servelab.bench.quality.evaluate import evaluate_quality, reference_label
+from servelab.bench.quality.probes import make_probes
 from servelab.bench.quality.results import QualityResult, write_quality
 from servelab.diagnose.findings import ActionTarget, Finding, FindingKind, Severity
 from servelab.diagnose.rules.quality import (
@@ -16,6 +18,7 @@ from servelab.diagnose.rules.quality import (
 )
 from tests.diagnose.builders import diagnose, level, scan, summary, write_run
 from tests.diagnose.quality_runs import REFERENCE_RUN, quality_result
+from tests.quality.helpers import make_pass, reference_logprobs
 
 DEEPGEMM = (
     "[2026-01-05 10:00:00] DeepGemm is enabled but the scale_fmt of checkpoint is not ue8m0. "
@@ -259,3 +262,65 @@ def test_outputs_that_are_not_answers_are_critical_and_named_by_kind(tmp_path: P
     assert counted.what == "quality errors reasoning_only in pass loaded" and counted.value == 1
     assert "reasoning_content" in found.actions[0].text
     assert diagnosis.findings[0].kind is FindingKind.BROKEN_OUTPUT
+
+
+def test_request_failures_are_a_warning_not_broken_output(tmp_path: Path):
+    result = quality_result(error=("loaded", "http"))
+    assert {c.kind: c.verdict for c in result.comparisons}["batch_invariance"] == "within_floor"
+    findings = diagnose(_run(tmp_path, result)).findings
+    assert not [f for f in findings if f.kind is FindingKind.BROKEN_OUTPUT]
+    found = _one(findings, FindingKind.QUALITY_REQUESTS_FAILED)
+    assert found.severity is Severity.WARNING
+    assert found.title == "quality probe requests failed: http x1"
+    left = next(e for e in found.evidence if e.what == "probes left out of the comparison")
+    assert left.value == 1 and "batch_invariance" in left.source
+
+
+def test_an_unknown_error_kind_is_broken_with_generic_advice(tmp_path: Path):
+    result = quality_result(error=("after", "reasoning_only"))
+    after = next(p for p in result.passes if p.name == "after")
+    after.errors = {"kind_from_the_future": 1}
+    result.errors = {"kind_from_the_future": 1}
+    found = _one(diagnose(_run(tmp_path, result)).findings, FindingKind.BROKEN_OUTPUT)
+    assert found.title == "outputs that are not answers: kind_from_the_future x1"
+    assert "does not know" in found.actions[0].text
+
+
+def test_faults_of_the_reference_run_are_named_as_its_own(tmp_path: Path):
+    """A configuration comparison counts the reference run's errors too: this run's
+    answers are fine, so the finding names the reference run and is not critical."""
+    lp = reference_logprobs()
+    probes = make_probes(32, seed=39)
+    theirs = evaluate_quality(
+        probes=probes,
+        seed=39,
+        engine="vllm",
+        passes=[make_pass("before", lp, error=(3, "nan_logprob")), make_pass("after", lp)],
+        logprobs_available=True,
+        forced_method="prompt_logprobs",
+    )
+    before = make_pass("before", lp)
+    before.forced.append(
+        make_pass("before", lp, forced_on=reference_label(REFERENCE_RUN)).forced[0]
+    )
+    result = evaluate_quality(
+        probes=probes,
+        seed=39,
+        engine="vllm",
+        passes=[before, make_pass("after", lp)],
+        logprobs_available=True,
+        forced_method="prompt_logprobs",
+        reference=theirs,
+        reference_run=REFERENCE_RUN,
+    )
+    assert {c.kind: c.verdict for c in result.comparisons} == {
+        "determinism": "within_floor",
+        "configuration": "broken",
+    }
+    found = _one(diagnose(_run(tmp_path, result)).findings, FindingKind.BROKEN_OUTPUT)
+    assert found.severity is Severity.WARNING
+    assert found.title == (
+        f"the configuration comparison is broken by the reference run {REFERENCE_RUN}'s "
+        "outputs: nan_logprob x1"
+    )
+    assert REFERENCE_RUN in found.actions[0].text

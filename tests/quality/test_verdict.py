@@ -85,8 +85,10 @@ def test_measured_self_difference_raises_the_floor() -> None:
     assert floored.verdict == "within_floor"
 
 
-@pytest.mark.parametrize("kind", ["nan_logprob", "not_greedy", "reasoning_only", "http"])
-def test_one_error_is_broken_and_named(kind: str) -> None:
+@pytest.mark.parametrize(
+    "kind", ["nan_logprob", "not_greedy", "reasoning_only", "no_finish_reason", "short_stream"]
+)
+def test_one_output_fault_is_broken_and_named(kind: str) -> None:
     lp = reference_logprobs()
     result = _judge(make_pass("before", lp), make_pass("loaded", lp, error=(7, kind)))
     assert result.verdict == "broken" and result.moved == []
@@ -207,7 +209,7 @@ def test_evaluate_makes_the_three_comparisons() -> None:
         probes=probes,
         seed=5,
         engine="vllm",
-        passes=[before, make_pass("after", lp), make_pass("loaded", lp, error=(2, "http"))],
+        passes=[before, make_pass("after", lp), make_pass("loaded", lp, error=(2, "nan_logprob"))],
         logprobs_available=True,
         forced_method="prompt_logprobs",
         reference=reference,
@@ -222,7 +224,7 @@ def test_evaluate_makes_the_three_comparisons() -> None:
     config = result.comparisons[2]
     assert config.reference == "runA:before"
     assert config.primary_value == pytest.approx(0.01)
-    assert result.errors == {"http": 1}
+    assert result.errors == {"nan_logprob": 1}
     assert result.probe_s == pytest.approx(4.5)
 
 

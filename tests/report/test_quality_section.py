@@ -116,7 +116,9 @@ def test_broken_outputs_show_their_errors_by_kind():
     verdicts = blocks(section, Table)[0]
     assert verdicts.rows[1][6] == "broken" and verdicts.tones == ["good", "bad"]
     assert blocks(section, Paragraph)[-1].text == (
-        "Every probe's greedy answer was the same in every pass."
+        "No compared probe's greedy answer differed; the probes with quality errors "
+        "(nan_logprob x1) were not compared (compared: determinism 32 of 32, "
+        "batch_invariance 31 of 32)."
     )
 
 
@@ -210,3 +212,33 @@ def test_report_a_b_without_any_probe_has_no_quality_section(tmp_path: Path):
         [_folder(tmp_path / "a", None), _folder(tmp_path / "b", None)], out=tmp_path / "cmp"
     )
     assert "Quality" not in files.markdown.read_text()
+
+
+def test_every_answer_alike_only_where_every_probe_was_compared():
+    clean = _section(quality_result())
+    assert blocks(clean, Paragraph)[-1].text == (
+        "Every probe's greedy answer was the same in every pass."
+    )
+    failed = _section(quality_result(error=("after", "http")))
+    text = blocks(failed, Paragraph)[-1].text
+    assert text.startswith("No compared probe's greedy answer differed;")
+    assert "(http x1)" in text and "determinism 31 of 32" in text
+
+
+@pytest.mark.parametrize(
+    ("beside", "words"),
+    [("level", "and beside level 2."), ("replay", "and beside a replay of the last level's load.")],
+)
+def test_the_loaded_pass_is_worded_from_loaded_beside(beside: str, words: str):
+    quality = quality_result().model_copy(update={"loaded_level": 2, "loaded_beside": beside})
+    assert words in blocks(_section(quality), Paragraph)[0].text
+
+
+def test_why_teacher_forcing_was_off_is_shown():
+    quality = quality_result().model_copy(
+        update={"forced_method": None, "forced_reason": "HTTP 400 to a teacher-forced request"}
+    )
+    facts = dict(blocks(_section(quality), KeyValues)[0].rows)
+    assert facts["logprobs"] == (
+        "yes; teacher-forced by none (HTTP 400 to a teacher-forced request)"
+    )

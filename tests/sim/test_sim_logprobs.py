@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from servelab.bench.quality.client import NEUTRAL_SAMPLING
 from servelab.sim.tokenmodel import VOCAB, VOCAB_IDS, Distribution, context_state
 
 PROMPT = "the quick brown fox"
@@ -216,3 +217,21 @@ def test_logprobs_are_normalized():
     assert dist.top(1) == [best]
     ties = sum(1 for i in VOCAB_IDS if dist.logprob(i) >= dist.logprob(best))
     assert dist.rank(best) == ties  # vLLM's rank counts the ids at least as likely
+
+
+def test_the_probes_neutral_sampling_and_cache_salt_are_accepted_and_ignored(sim_session):
+    """The quality client sends vLLM's sampling fields at their no-op values and a
+    cache_salt per pass (bench.quality.client): the simulator answers as without them."""
+    extra = {**NEUTRAL_SAMPLING["vllm"], "cache_salt": "servelab-quality-r-before"}
+    plain, neutral, chat_plain, chat_neutral = _post_all(
+        sim_session,
+        [
+            ("/v1/completions", _completion(temperature=0, logprobs=2)),
+            ("/v1/completions", _completion(temperature=0, logprobs=2, **extra)),
+            ("/v1/chat/completions", _chat(temperature=0)),
+            ("/v1/chat/completions", _chat(temperature=0, **extra)),
+        ],
+    )
+    assert neutral["choices"][0]["text"] == plain["choices"][0]["text"]
+    assert neutral["choices"][0]["logprobs"] == plain["choices"][0]["logprobs"]
+    assert chat_neutral["choices"][0]["message"] == chat_plain["choices"][0]["message"]

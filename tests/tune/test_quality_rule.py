@@ -128,7 +128,7 @@ def test_broken_is_infeasible_whatever_the_tolerance() -> None:
     trial = _trial(reference, forced=reference_logprobs(), error=(7, "reasoning_only"))
     judged = judge_trial(trial, reference, tolerance=1e9, reference_trial=0)
     assert not judged.accepted and judged.verdict == "broken"
-    assert judged.reason == "quality broken against trial 0: reasoning_only x1"
+    assert judged.reason == "quality broken against trial 0: reasoning_only x1 (its before pass)"
     assert judged.errors == {"reasoning_only": 1}
 
 
@@ -317,3 +317,53 @@ def test_the_report_shows_each_trials_drift_beside_its_speed() -> None:
     assert [row[column] for row in table.rows] == ["reference", "drift 0.01 nats"]
     question = next(s for s in section.subsections if s.key == "tuning-question")
     assert any("tolerance of 0.005" in getattr(b, "text", "") for b in question.blocks)
+
+
+def test_an_output_fault_in_any_pass_is_infeasible() -> None:
+    """The configuration comparison holds only the before pass; a fault in the after pass
+    still rejects the trial, and the default's own after pass rejects the default."""
+    reference = _default()
+    trial = _trial(reference, forced=reference_logprobs())
+    after = next(p for p in trial.passes if p.name == "after")
+    after.errors = {"not_greedy": 2}
+    trial.errors = {"not_greedy": 2}
+    assert next(c for c in trial.comparisons if c.kind == "configuration").verdict != "broken"
+    judged = judge_trial(trial, reference, tolerance=1e9, reference_trial=0)
+    assert not judged.accepted and judged.verdict == "broken" and judged.cell() == "broken"
+    assert judged.reason == "quality broken against trial 0: not_greedy x2 (its after pass)"
+    lp = reference_logprobs()
+    default = _result([make_pass("before", lp), make_pass("after", lp, error=(1, "short_stream"))])
+    bad = judge_default(default)
+    assert not bad.accepted
+    assert bad.reason == "quality broken: short_stream x1 (the reference trial's after pass)"
+
+
+def test_request_failures_alone_do_not_reject_a_trial() -> None:
+    reference = _default()
+    trial = _trial(reference, forced=reference_logprobs(), error=(7, "http"))
+    judged = judge_trial(trial, reference, tolerance=0.0, reference_trial=0)
+    assert judged.accepted, judged.reason
+    assert judged.verdict == "within_floor" and judged.errors == {"http": 1}
+    assert judged.reason.endswith(
+        "; 1 of 32 probes' requests failed in its passes (http x1): left out of the comparisons"
+    )
+    lp = reference_logprobs()
+    default = judge_default(
+        _result([make_pass("before", lp, error=(2, "transport")), make_pass("after", lp)])
+    )
+    assert default.accepted and "transport x1" in default.reason
+
+
+def test_a_default_whose_every_request_failed_is_not_judged() -> None:
+    lp = reference_logprobs(n_probes=1)
+    result = evaluate_quality(
+        probes=make_probes(1, seed=5),
+        seed=5,
+        engine="vllm",
+        passes=[make_pass("before", lp, error=(0, "http"))],
+        logprobs_available=True,
+        forced_method="prompt_logprobs",
+    )
+    judged = judge_default(result)
+    assert not judged.accepted
+    assert judged.reason == "quality not judged: every request of its before pass failed (http x1)"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from servelab.bench.quality.results import QualityResult
+from servelab.bench.quality.results import QualityResult, errors_text, request_failures
 
 __all__ = ["quality_lines", "render_quality"]
 
@@ -38,10 +38,13 @@ def quality_lines(result: QualityResult) -> list[str]:
                 "(quality.json's diff shows where)"
             )
     if result.errors:
-        kinds = ", ".join(f"{kind} {n}" for kind, n in result.errors.items())
-        lines.append(f"quality errors: {kinds}")
+        failed = request_failures(result.errors)
+        left = (
+            f" (request failures, their probes left out: {errors_text(failed)})" if failed else ""
+        )
+        lines.append(f"quality errors: {errors_text(result.errors)}{left}")
     if result.logprobs_available:
-        forced = result.forced_method or "none"
+        forced = result.forced_method or _none(result.forced_reason)
         lines.append(f"logprobs: available (teacher-forced by {forced})")
     else:
         lines.append(f"logprobs: not available ({result.logprobs_reason or 'no reason given'})")
@@ -53,3 +56,8 @@ def quality_lines(result: QualityResult) -> list[str]:
     lines.extend(f"quality: {note}" for note in result.notes)
     lines.append(f"probe time: {result.probe_s:.1f} s ({result.n_probes} probes)")
     return lines
+
+
+def _none(reason: str | None) -> str:
+    """'none', with why teacher forcing was off where quality.json says."""
+    return f"none: {reason}" if reason else "none"

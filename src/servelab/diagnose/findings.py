@@ -52,6 +52,7 @@ class FindingKind(StrEnum):
     NOT_DETERMINISTIC = "not_deterministic"
     NOT_BATCH_INVARIANT = "not_batch_invariant"
     QUALITY_DRIFT = "quality_drift"
+    QUALITY_REQUESTS_FAILED = "quality_requests_failed"
     SLO_VIOLATION = "slo_violation"
     NOT_SATURATED = "not_saturated"
     SETTINGS_CONTRADICT_MACHINE = "settings_contradict_machine"

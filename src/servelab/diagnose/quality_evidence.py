@@ -7,10 +7,15 @@ the probe measured: how far the outputs moved and whether that is beyond the flo
 
 from __future__ import annotations
 
-from servelab.bench.quality.results import PrimaryMetric, QualityComparison
+from servelab.bench.quality.results import (
+    PrimaryMetric,
+    QualityComparison,
+    errors_text,
+    output_faults,
+)
 from servelab.diagnose.findings import Evidence
 
-__all__ = ["comparison_evidence", "comparison_source", "errors_text", "measured", "moved"]
+__all__ = ["comparison_evidence", "comparison_source", "measured", "moved"]
 
 _LABEL: dict[PrimaryMetric, str] = {
     "mean_abs_dlogprob": "mean |Δlogprob|",
@@ -45,15 +50,13 @@ def measured(comparison: QualityComparison) -> str:
 def moved(comparison: QualityComparison) -> str:
     """The comparison's verdict as a clause: how far the outputs moved, or that they broke."""
     if comparison.verdict == "broken":
-        return f"the outputs broke ({errors_text(comparison.errors)}): broken"
+        faults = output_faults(comparison.errors)
+        if not faults:
+            return f"nothing could be compared ({comparison.reason}): broken"
+        return f"the outputs broke ({errors_text(faults)}): broken"
     if comparison.verdict == "drift":
         return f"the outputs moved by {measured(comparison)}: drift"
     return f"the outputs did not move beyond the floor ({measured(comparison)}): within_floor"
-
-
-def errors_text(errors: dict[str, int]) -> str:
-    """'nan_logprob x3, reasoning_only x1'."""
-    return ", ".join(f"{kind} x{count}" for kind, count in errors.items()) or "none"
 
 
 def comparison_evidence(comparison: QualityComparison) -> list[Evidence]:

@@ -8,7 +8,10 @@ Every output token is the word `OUTPUT_WORD`, except on the quality path: a requ
 asks for logprobs, prompt_logprobs or echo, or sets temperature 0 (or any request to a
 simulator with corruption planted) carries a `QualityRequest`, and its answer is the
 greedy text of `servelab.sim.tokenmodel` (see `servelab.sim.greedy`). Other requests
-look up one set of field names more than before, and nothing else.
+look up one set of field names more than before, and nothing else. Fields it does not
+read (sampling fields such as top_k, min_p or repetition_penalty, vLLM's cache_salt, all
+of which the quality probe sends at their no-op values) are accepted and ignored, unless
+`reject_fields` names them.
 """
 
 from __future__ import annotations

@@ -7,8 +7,12 @@ engine gives logprobs, else a share of probes whose greedy answer differs. The l
 verdict (bench.quality.verdict) decides what moved; this rule only adds the tolerance
 (docs/TUNE.md "Only right answers"):
 
-1. broken (a quality error in either pass, not_greedy included; on the default, any
-   quality error): infeasible.
+1. broken: an output fault (bench.quality.results.OUTPUT_FAULTS, not_greedy included) in
+   any of the trial's passes, not only the configuration comparison's (on the default, in
+   any of its passes), or a configuration comparison the library judged broken (the
+   default's own faults, or request failures that left no probe to compare): infeasible.
+   Request failures (http, transport, malformed) alone are not: their probes are left out
+   of the comparison and named in the reason.
 2. drift of the greedy answers alone (`answers_moved_alone`: divergence_share moved
    while the primary, mean |Δlogprob|, stayed within its floor): infeasible whatever T.
    The trial scores the default's answers as the default does, so its numerics did not
@@ -29,7 +33,14 @@ from dataclasses import dataclass
 
 from servelab.bench.quality.evaluate import BEFORE
 from servelab.bench.quality.plan import DEFAULT_PROMPTS, DEFAULT_SEED
-from servelab.bench.quality.results import QualityComparison, QualityPass, QualityResult
+from servelab.bench.quality.results import (
+    QualityComparison,
+    QualityPass,
+    QualityResult,
+    errors_text,
+    output_faults,
+    request_failures,
+)
 from servelab.tune.results import TrialQuality
 
 __all__ = [
@@ -72,18 +83,34 @@ def judge_default(result: QualityResult | None) -> TrialQuality:
     if _before(result) is None:
         notes = "; ".join(result.notes)
         return not_judged(None, f"its before pass did not run{': ' + notes if notes else ''}")
-    if result.errors:
+    faults = output_faults(result.errors)
+    if faults:
+        names = _faulty(result)
+        where = (
+            "the reference pass itself"
+            if names == [BEFORE]
+            else f"the reference trial's {_passes(names)}"
+        )
         return TrialQuality(
             reference_trial=None,
             verdict="broken",
             errors=result.errors,
             accepted=False,
-            reason=f"quality broken: {_kinds(result.errors)} (the reference pass itself)",
+            reason=f"quality broken: {errors_text(faults)} ({where})",
+        )
+    before = _before(result)
+    if before is not None and before.readings and not any(r.ok for r in before.readings):
+        return not_judged(
+            None,
+            "every request of its before pass failed "
+            f"({errors_text(request_failures(before.errors))})",
         )
     return TrialQuality(
         reference_trial=None,
+        errors=result.errors,
         accepted=True,
-        reason="the reference: every other trial's answers are compared with this one's",
+        reason="the reference: every other trial's answers are compared with this one's"
+        + _failed(result, before),
     )
 
 
@@ -108,8 +135,20 @@ def judge_trial(
     against = f"against trial {reference_trial}"
     numbers = _numbers(comparison)
     accepted, reason = True, f"within tolerance {tolerance:g} {against}: {numbers}"
-    if comparison.verdict == "broken":
-        accepted, reason = False, f"quality broken {against}: {_kinds(comparison.errors)}"
+    own = output_faults(result.errors)
+    theirs = output_faults(comparison.errors)
+    broken = bool(own) or comparison.verdict == "broken"
+    if own:
+        accepted = False
+        reason = f"quality broken {against}: {errors_text(own)} (its {_passes(_faulty(result))})"
+    elif comparison.verdict == "broken" and theirs:
+        accepted = False
+        reason = (
+            f"quality broken {against}: {errors_text(theirs)} in trial {reference_trial}'s "
+            "pass, the reference"
+        )
+    elif comparison.verdict == "broken":
+        accepted, reason = False, f"quality broken {against}: {comparison.reason}"
     elif comparison.answers_moved_alone:
         accepted = False
         reason = (
@@ -121,16 +160,18 @@ def judge_trial(
     ):
         accepted = False
         reason = f"quality drift beyond tolerance {tolerance:g} {against}: {numbers}"
+    if not broken:
+        reason += _failed(result, _before(result))
     return TrialQuality(
         reference_trial=reference_trial,
-        verdict=comparison.verdict,
+        verdict="broken" if broken else comparison.verdict,
         primary_metric=comparison.primary_metric,
         primary_value=comparison.primary_value,
         interval_low=comparison.interval_low,
         floor=comparison.floor,
         divergence_share=comparison.metrics.divergence_share,
-        moved=comparison.moved,
-        errors=comparison.errors,
+        moved=[] if broken else comparison.moved,
+        errors=result.errors,
         accepted=accepted,
         reason=reason,
     )
@@ -159,8 +200,28 @@ def _before(result: QualityResult) -> QualityPass | None:
     return next((p for p in result.passes if p.name == BEFORE), None)
 
 
-def _kinds(errors: dict[str, int]) -> str:
-    return ", ".join(f"{kind} x{count}" for kind, count in sorted(errors.items()))
+def _faulty(result: QualityResult) -> list[str]:
+    """The passes of `result` that hold an output fault."""
+    return [p.name for p in result.passes if output_faults(p.errors)]
+
+
+def _passes(names: list[str]) -> str:
+    return f"{', '.join(names)} pass{'es' if len(names) > 1 else ''}"
+
+
+def _failed(result: QualityResult, before: QualityPass | None) -> str:
+    """'; 2 of 32 probes' requests failed in its passes (http x2): left out of the
+    comparisons', or '' where none failed."""
+    failures = request_failures(result.errors)
+    if not failures:
+        return ""
+    failed = {r.probe_id for p in result.passes for r in p.readings if not r.ok}
+    failed |= {r.probe_id for p in result.passes for f in p.forced for r in f.readings if not r.ok}
+    total = len(before.readings) if before is not None else result.n_probes
+    return (
+        f"; {len(failed)} of {total} probes' requests failed in its passes "
+        f"({errors_text(failures)}): left out of the comparisons"
+    )
 
 
 def not_judged(reference_trial: int | None, why: str) -> TrialQuality:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from servelab.bench.quality.results import PrimaryMetric, Verdict, answers_moved_alone
 from servelab.diagnose.check import PredictionCheck
 
 __all__ = [
@@ -165,12 +166,12 @@ class TrialQuality(BaseModel):
     reference_trial: int | None = Field(
         description="The default trial whose pass is the reference; None on the default itself."
     )
-    verdict: Literal["within_floor", "drift", "broken"] | None = Field(
+    verdict: Verdict | None = Field(
         default=None,
         description="The configuration comparison's verdict; None on the default (the "
         "reference) or where nothing was compared.",
     )
-    primary_metric: Literal["mean_abs_dlogprob", "divergence_share"] | None = Field(
+    primary_metric: PrimaryMetric | None = Field(
         default=None,
         description="The metric the verdict and the tolerance read: mean |Δlogprob| (nats) "
         "where there are logprobs, else the share of probes whose greedy answer differs.",
@@ -186,7 +187,7 @@ class TrialQuality(BaseModel):
         default=None,
         description="Share of probes whose greedy answer differs from the default's.",
     )
-    moved: list[Literal["mean_abs_dlogprob", "divergence_share"]] = Field(
+    moved: list[PrimaryMetric] = Field(
         default_factory=list,
         description="The comparison's metrics past their floor (its `moved`); "
         "divergence_share without the primary: greedy answers that moved while the "
@@ -198,6 +199,12 @@ class TrialQuality(BaseModel):
     accepted: bool = Field(description="Within the tolerance: the trial may be the best.")
     reason: str = Field(description="The judgement in one line, with its numbers.")
 
+    @property
+    def answers_moved_alone(self) -> bool:
+        """The greedy answers drifted while the teacher-forced scores did not (the
+        comparison's own `answers_moved_alone`)."""
+        return answers_moved_alone(self.moved, self.primary_metric)
+
     def cell(self) -> str:
         """'drift 0.0123 nats', 'within_floor 0.25 share', 'broken', 'reference', and for
         answers that moved while the logprobs did not, 'greedy drift 1 share'."""
@@ -205,8 +212,7 @@ class TrialQuality(BaseModel):
             return "reference" if self.reference_trial is None and self.accepted else "not judged"
         if self.verdict == "broken" or self.primary_value is None:
             return self.verdict
-        moved_alone = self.moved and self.primary_metric not in self.moved
-        if moved_alone and self.divergence_share is not None:
+        if self.answers_moved_alone and self.divergence_share is not None:
             return f"greedy drift {self.divergence_share:.3g} share"
         unit = "nats" if self.primary_metric == "mean_abs_dlogprob" else "share"
         return f"{self.verdict} {self.primary_value:.3g} {unit}"

@@ -11,19 +11,32 @@ What each engine is asked (docs/QUALITY.md "Wire formats"):
   `top_logprobs: TOP_LOGPROBS` on chat, so the not_greedy check sees each position's
   best) except on transformers serve, which rejects it; vLLM also
   `return_tokens_as_token_ids`, so the tokens come back as exact ids. A 400 to the first
-  request that asks for logprobs turns them off for the client, with the reason.
+  request that asks for logprobs, whose error mentions them, turns them off for the
+  client, with the reason; another 400 (a context overflow) is that probe's http error.
+- neutral sampling (NEUTRAL_SAMPLING): to vLLM and SGLang, which apply the model's
+  generation_config.json (a repetition_penalty, a top_k) under a request's own fields and
+  report logprobs from before those penalties, every sampling field at its no-op value;
+  to other OpenAI endpoints only the penalties OpenAI itself accepts, at 0.
+- prefix cache: each pass's vLLM requests carry their own `cache_salt`
+  (`servelab-quality-<run>-<pass>`, forced sets `...-<pass>-forced<i>`), so a pass that
+  resends the before pass's prompts prefills them cold, as before did. SGLang has no
+  salt: quality.json says so (bench.quality.session).
 - teacher-forced, given a reference pass: vLLM `prompt_logprobs` on the prompt's ids (its
   /tokenize) followed by the reference's ids; SGLang's /generate with `input_ids`,
   `return_logprob`, `logprob_start_len`; other OpenAI endpoints `echo` with `logprobs`
-  on the prompt text followed by the reference's text. A 400 to the first one turns
-  teacher forcing off for the client, with the reason.
+  on the prompt text followed by the reference's text. A 400 to the first one whose
+  error mentions logprobs, prompt_logprobs or echo turns teacher forcing off for the
+  client, with the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import math
 import time
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,11 +68,14 @@ from servelab.bench.quality.wire import (
 from servelab.bench.sse import SSEDecoder
 
 __all__ = [
+    "CACHE_SALT_DIALECTS",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_TIMEOUT_S",
     "FORCED_METHODS",
+    "NEUTRAL_SAMPLING",
     "QualityClient",
     "QualityTarget",
+    "cache_salt",
 ]
 
 DEFAULT_CONCURRENCY = 4
@@ -73,7 +89,41 @@ FORCED_METHODS: dict[EngineName, ForcedMethod | None] = {
     "openai": "echo",
     "transformers": None,
 }
+NEUTRAL_SAMPLING: dict[EngineName, dict[str, float | int]] = {
+    "vllm": {
+        "top_p": 1,
+        "top_k": -1,
+        "min_p": 0,
+        "repetition_penalty": 1.0,
+        "frequency_penalty": 0,
+        "presence_penalty": 0,
+    },
+    "sglang": {
+        "top_p": 1,
+        "top_k": -1,
+        "min_p": 0,
+        "repetition_penalty": 1.0,
+        "frequency_penalty": 0,
+        "presence_penalty": 0,
+    },
+    "openai": {"frequency_penalty": 0, "presence_penalty": 0},
+    "transformers": {},
+}
+"""Sampling fields sent beside `temperature: 0` on free-running requests. vLLM (its
+default `--generation-config auto`) and SGLang apply the model's generation_config.json
+where a request leaves a field out, and vLLM reports logprobs from before the penalties:
+a repetition_penalty of 1.05 would make a healthy engine emit tokens below its own
+reported best (not_greedy). Names as vLLM's CompletionRequest and ChatCompletionRequest
+and SGLang's take them; top_k -1 and 0 both mean off in both."""
+CACHE_SALT_DIALECTS: frozenset[EngineName] = frozenset(("vllm",))
+"""Dialects that take `cache_salt` (vLLM's CompletionRequest and ChatCompletionRequest)."""
+_SALT_MAX_CHARS = 128
+_SALT_FORBIDDEN = frozenset("@/\\\x00")
+"""vLLM's validate_cache_salt: at most 128 characters, none of '@', '/', '\\', NUL."""
 _ERROR_CHARS = 300
+_ERROR_BODY_CHARS = 4000
+_LOGPROBS_WORDS = ("logprob",)
+_FORCED_WORDS = ("logprob", "echo")
 _T = TypeVar("_T")
 
 
@@ -88,6 +138,8 @@ class QualityTarget:
     """None: chat for transformers serve (it serves no /v1/completions), else completions."""
     headers: dict[str, str] = field(default_factory=dict)
     timeout_s: float = DEFAULT_TIMEOUT_S
+    run_id: str | None = None
+    """Names the run in each pass's cache_salt; None: a random id per client."""
 
     @property
     def chat(self) -> bool:
@@ -102,10 +154,20 @@ class QualityTarget:
 class _Failed(Exception):
     """A request that ended in a quality error (kind, message, HTTP status)."""
 
-    def __init__(self, kind: QualityErrorKind, message: str, status: int | None = None) -> None:
+    def __init__(
+        self, kind: QualityErrorKind, message: str, status: int | None = None, body: str = ""
+    ) -> None:
         super().__init__(message)
         self.kind: QualityErrorKind = kind
         self.status = status
+        self.body = body
+
+    def refuses(self, words: Sequence[str]) -> bool:
+        """A 400 whose error message (not an echo of the request) names one of `words`."""
+        if self.status != 400:
+            return False
+        said = _error_message(self.body).lower()
+        return any(word in said for word in words)
 
 
 class QualityClient:
@@ -133,6 +195,7 @@ class QualityClient:
         self._logprobs_checked = not self.logprobs_available
         self._forced_checked = self.forced_method is None
         self._prompt_ids: dict[str, list[int]] = {}
+        self._run_id = target.run_id or uuid.uuid4().hex[:12]
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> QualityClient:
@@ -177,10 +240,11 @@ class QualityClient:
         if force_own:
             references[name] = own
         forced: list[ForcedSet] = []
-        for label, reference in references.items():
+        for index, (label, reference) in enumerate(references.items()):
             if self.forced_method is None:
                 break
-            forced_set = await self._forced_set(probes, label, reference, limit)
+            salt = f"{name}-forced{index}"
+            forced_set = await self._forced_set(probes, label, reference, limit, salt)
             if forced_set is not None:
                 forced.append(forced_set)
         errors = Counter(r.error_kind for r in readings if r.error_kind is not None)
@@ -200,9 +264,10 @@ class QualityClient:
         t0 = time.perf_counter()
         ask = self.logprobs_available
         try:
-            answer = await self._stream(self._free_body(probe, logprobs=ask), probe, pass_name)
+            body = self._free_body(probe, logprobs=ask, pass_name=pass_name)
+            answer = await self._stream(body, probe, pass_name)
         except _Failed as exc:
-            if ask and not self._logprobs_checked and exc.status == 400:
+            if ask and not self._logprobs_checked and exc.refuses(_LOGPROBS_WORDS):
                 self.logprobs_available = False
                 self.logprobs_reason = f"HTTP 400 to a request with logprobs: {exc}"
                 self._logprobs_checked = True
@@ -215,13 +280,15 @@ class QualityClient:
             self.logprobs_reason = "the server answered a request for logprobs without them"
         return answer.reading(probe.id, (time.perf_counter() - t0) * 1e3)
 
-    def _free_body(self, probe: Probe, *, logprobs: bool) -> dict[str, Any]:
+    def _free_body(self, probe: Probe, *, logprobs: bool, pass_name: str) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.target.model,
             "max_tokens": probe.max_tokens,
             "temperature": 0,
+            **NEUTRAL_SAMPLING[self.target.engine],
             "stream": True,
             "stream_options": {"include_usage": True},
+            **self._salted(pass_name),
         }
         if self.target.chat:
             body["messages"] = [{"role": "user", "content": probe.prompt}]
@@ -261,12 +328,13 @@ class QualityClient:
         label: str,
         reference: QualityPass,
         limit: asyncio.Semaphore,
+        salt: str,
     ) -> ForcedSet | None:
         by_id = {r.probe_id: r for r in reference.readings}
         t0 = time.perf_counter()
         readings = await self._first_then_rest(
             probes,
-            lambda p: self._forced(p, by_id.get(p.id)),
+            lambda p: self._forced(p, by_id.get(p.id), salt),
             limit,
             lambda: self._forced_checked,
         )
@@ -279,7 +347,9 @@ class QualityClient:
             wall_s=time.perf_counter() - t0,
         )
 
-    async def _forced(self, probe: Probe, reference: ProbeReading | None) -> ForcedReading:
+    async def _forced(
+        self, probe: Probe, reference: ProbeReading | None, salt: str
+    ) -> ForcedReading:
         method = self.forced_method
         if reference is None or not reference.ok:
             return ForcedReading(probe_id=probe.id, ok=True, note="no usable reference answer")
@@ -287,11 +357,11 @@ class QualityClient:
             return ForcedReading(probe_id=probe.id, ok=True, note=self.forced_reason)
         try:
             if method == "echo":
-                parsed = await self._echo(probe, reference)
+                parsed = await self._echo(probe, reference, salt)
             else:
-                parsed = await self._by_ids(probe, reference, method)
+                parsed = await self._by_ids(probe, reference, method, salt)
         except _Failed as exc:
-            if not self._forced_checked and exc.status == 400:
+            if not self._forced_checked and exc.refuses(_FORCED_WORDS):
                 self.forced_method = None
                 self.forced_reason = f"HTTP 400 to a teacher-forced request: {exc}"
                 self._forced_checked = True
@@ -319,7 +389,7 @@ class QualityClient:
         )
 
     async def _by_ids(
-        self, probe: Probe, reference: ProbeReading, method: ForcedMethod
+        self, probe: Probe, reference: ProbeReading, method: ForcedMethod, salt: str
     ) -> ForcedParse | str:
         """vLLM prompt_logprobs or SGLang /generate over prompt ids + reference ids."""
         continuation = reference.token_ids
@@ -340,6 +410,7 @@ class QualityClient:
                 "max_tokens": 1,
                 "temperature": 0,
                 "prompt_logprobs": 1,
+                **self._salted(salt),
             }
             return parse_prompt_logprobs(await self._json("/v1/completions", body), continuation)
         body = {
@@ -351,7 +422,7 @@ class QualityClient:
         }
         return parse_sglang_generate(await self._json("/generate", body), continuation)
 
-    async def _echo(self, probe: Probe, reference: ProbeReading) -> ForcedParse | str:
+    async def _echo(self, probe: Probe, reference: ProbeReading, salt: str) -> ForcedParse | str:
         """echo + logprobs over the prompt text followed by the reference's text."""
         if not reference.text:
             return ForcedParse([], [])
@@ -362,6 +433,7 @@ class QualityClient:
             "temperature": 0,
             "echo": True,
             "logprobs": 1,
+            **self._salted(salt),
         }
         parsed = parse_echo(
             await self._json("/v1/completions", body),
@@ -404,6 +476,12 @@ class QualityClient:
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
             raise _Failed("malformed", "/tokenize answered without a list of token ids")
         return tokens
+
+    def _salted(self, scope: str) -> dict[str, str]:
+        """`cache_salt` for one pass (or forced set) where the dialect takes it."""
+        if self.target.engine not in CACHE_SALT_DIALECTS:
+            return {}
+        return {"cache_salt": cache_salt(self._run_id, scope)}
 
     # HTTP.
 
@@ -470,10 +548,51 @@ class _Exchange:
             raise _Failed("transport", _describe(exc)) from None
 
 
+def cache_salt(run_id: str, scope: str) -> str:
+    """'servelab-quality-<run>-<scope>' as vLLM takes it: its forbidden characters made
+    '-', and a name too long cut with a digest of the whole, so it stays unique."""
+    salt = "".join("-" if c in _SALT_FORBIDDEN else c for c in f"servelab-quality-{run_id}-{scope}")
+    if len(salt) <= _SALT_MAX_CHARS:
+        return salt
+    digest = hashlib.sha256(salt.encode()).hexdigest()[:16]
+    return f"{salt[: _SALT_MAX_CHARS - len(digest) - 1]}-{digest}"
+
+
 async def _check_status(response: aiohttp.ClientResponse) -> None:
     if response.status >= 300:
         text = (await response.read()).decode("utf-8", "replace")
-        raise _Failed("http", f"HTTP {response.status}: {text[:_ERROR_CHARS]}", response.status)
+        raise _Failed(
+            "http",
+            f"HTTP {response.status}: {text[:_ERROR_CHARS]}",
+            response.status,
+            text[:_ERROR_BODY_CHARS],
+        )
+
+
+def _error_message(body: str) -> str:
+    """The messages of an error body, without any echo of the request (pydantic's
+    `input`, which would name every field sent); the raw text where it is not JSON."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return body
+    said: list[str] = []
+
+    def walk(node: object, key: str = "") -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k != "input":
+                    walk(v, k)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, key)
+        elif isinstance(node, str) and key in ("message", "msg", "detail", "error", "param"):
+            said.append(node)
+        elif key == "loc" and node is not None:
+            said.append(str(node))
+
+    walk(parsed)
+    return " ".join(said)
 
 
 def _failed_reading(probe_id: str, exc: _Failed, t0: float) -> ProbeReading:

@@ -3,14 +3,15 @@
 Per probe it keeps what the bootstrap resamples (verdict.py): the |Δlogprob| of each
 teacher-forced token, whether the greedy continuations differ, and where. The metrics
 are defined in docs/QUALITY.md "Metrics"; a probe with a quality error on either side is
-left out of them (the verdict is then `broken` anyway, and says so).
+left out of them: an output fault makes the verdict `broken` anyway, and a probe whose
+request failed (http, transport, malformed) is named in `left_out`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -52,6 +53,9 @@ class PairComparison:
     pairs: list[ProbePair]
     metrics: QualityMetrics
     errors: dict[str, int]
+    left_out: dict[str, str | None] = field(default_factory=dict)
+    """Probes of the reference without a pair, each with the quality error that left it
+    out (either side's; None where the candidate has no reading of it)."""
 
     @property
     def primary_metric(self) -> PrimaryMetric:
@@ -79,17 +83,18 @@ def compare_passes(
     cand_forced = _forced(candidate, cand_label)
     by_id = {r.probe_id: r for r in candidate.readings}
     pairs: list[ProbePair] = []
+    left_out: dict[str, str | None] = {}
     for ref in reference.readings:
         cand = by_id.get(ref.probe_id)
-        if cand is None or not ref.ok or not cand.ok:
-            continue
         a, b = ref_forced.get(ref.probe_id), cand_forced.get(ref.probe_id)
-        if (a is not None and not a.ok) or (b is not None and not b.ok):
+        bad = [r for r in (ref, cand, a, b) if r is not None and not r.ok]
+        if cand is None or bad:
+            left_out[ref.probe_id] = next((r.error_kind for r in bad if r.error_kind), None)
             continue
         pairs.append(_pair(ref, cand, a, b))
     errors = Counter(reference.errors)
     errors.update(candidate.errors)
-    return PairComparison(pairs, metrics_of(pairs), dict(sorted(errors.items())))
+    return PairComparison(pairs, metrics_of(pairs), dict(sorted(errors.items())), left_out)
 
 
 def metrics_of(pairs: Sequence[ProbePair]) -> QualityMetrics:

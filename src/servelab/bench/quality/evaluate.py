@@ -43,6 +43,7 @@ def evaluate_quality(
     logprobs_available: bool,
     logprobs_reason: str | None = None,
     forced_method: ForcedMethod | None = None,
+    forced_reason: str | None = None,
     reference: QualityResult | None = None,
     reference_run: str | None = None,
 ) -> QualityResult:
@@ -107,6 +108,7 @@ def evaluate_quality(
         logprobs_available=logprobs_available,
         logprobs_reason=logprobs_reason,
         forced_method=forced_method,
+        forced_reason=forced_reason if forced_method is None else None,
         reference_run=reference_run,
         passes=list(passes),
         comparisons=comparisons,

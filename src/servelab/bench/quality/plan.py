@@ -5,16 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.bench.quality.probes import Probe, make_probes, probe_set_digest, read_probes
+from servelab.bench.quality.probes import (
+    DEFAULT_PROBES,
+    DEFAULT_SEED,
+    Probe,
+    make_probes,
+    probe_set_digest,
+    read_probes,
+)
 from servelab.bench.quality.results import PROBES_FILE, QualityResult, load_quality
 from servelab.core.errors import ConfigError
 
 __all__ = ["DEFAULT_PROMPTS", "DEFAULT_SEED", "QualityPlan", "load_reference", "quality_plan"]
 
-DEFAULT_PROMPTS = 32
-"""Enough probes for the bootstrap to resolve a drift on a few of them, few enough that
-three passes cost seconds beside a sweep."""
-DEFAULT_SEED = 39
+DEFAULT_PROMPTS = DEFAULT_PROBES
+"""--quality-prompts's default: probes.DEFAULT_PROBES, under the option's name."""
 
 
 @dataclass(frozen=True, slots=True)

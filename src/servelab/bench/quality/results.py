@@ -7,6 +7,7 @@ description and in docs/QUALITY.md. Logprobs are natural logarithms (nats).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -15,8 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from servelab.store.rundir import RunDir
 
 __all__ = [
+    "OUTPUT_FAULTS",
     "PROBES_FILE",
     "QUALITY_FILE",
+    "REQUEST_FAILURES",
     "SCHEMA",
     "ComparisonKind",
     "DiffEntry",
@@ -35,8 +38,12 @@ __all__ = [
     "QualityResult",
     "TokenSource",
     "Verdict",
+    "answers_moved_alone",
+    "errors_text",
     "load_quality",
+    "output_faults",
     "quality_block",
+    "request_failures",
     "write_quality",
 ]
 
@@ -64,6 +71,15 @@ its position's best top logprob (bench.quality.greedy); reasoning_only: empty `c
 fewer tokens streamed than `usage.completion_tokens`; http: a 4xx/5xx answer; transport:
 no connection, a cut connection or a timeout; malformed: a body that is not the JSON
 the wire format promises."""
+OUTPUT_FAULTS: frozenset[str] = frozenset(
+    ("nan_logprob", "not_greedy", "reasoning_only", "no_finish_reason", "short_stream")
+)
+"""Quality errors that are the engine's answer itself: an output that is not an answer.
+Any of them in either pass of a comparison makes it `broken`."""
+REQUEST_FAILURES: frozenset[str] = frozenset(("http", "transport", "malformed"))
+"""Quality errors where no answer came (an HTTP error, a lost connection, a body not in
+the wire format): the probe is left out of the comparison, counted and named, and the
+comparison is `broken` only when they leave no probe to compare."""
 TokenSource = Literal["ids", "logprobs", "chunks"]
 ForcedMethod = Literal["prompt_logprobs", "sglang_generate", "echo"]
 ComparisonKind = Literal["determinism", "batch_invariance", "configuration"]
@@ -251,7 +267,8 @@ class QualityComparison(_Model):
     )
     floor_source: Literal["measured", "epsilon"] = Field(description="Which one set the floor.")
     verdict: Verdict = Field(
-        description="broken on any quality error in either pass; else drift when "
+        description="broken on an output fault in either pass (OUTPUT_FAULTS), or when "
+        "request failures left no probe to compare; else drift when "
         "interval_low > floor, or (primary mean_abs_dlogprob) when "
         "divergence_interval_low > divergence_floor; else within_floor."
     )
@@ -277,6 +294,12 @@ class QualityComparison(_Model):
     errors: dict[str, int] = Field(
         default_factory=dict, description="Quality errors of the two passes, by kind."
     )
+    left_out: list[str] = Field(
+        default_factory=list,
+        description="Probes left out of the comparison, a quality error on either side: "
+        "where the verdict is not broken, a request failure (http, transport, malformed); "
+        "the comparison is judged on the others.",
+    )
     diff: list[DiffEntry] = Field(
         default_factory=list, description="First divergences of the worst probes."
     )
@@ -285,7 +308,7 @@ class QualityComparison(_Model):
     def answers_moved_alone(self) -> bool:
         """Drift by the greedy answers while the teacher-forced scores stayed within their
         floor: a decode path or a sampler, which no tolerance in nats can measure."""
-        return bool(self.moved) and self.primary_metric not in self.moved
+        return answers_moved_alone(self.moved, self.primary_metric)
 
 
 class QualityResult(_Model):
@@ -305,6 +328,11 @@ class QualityResult(_Model):
     )
     forced_method: ForcedMethod | None = Field(
         default=None, description="How teacher-forced logprobs were read; None without."
+    )
+    forced_reason: str | None = Field(
+        default=None,
+        description="Why there was no teacher forcing, where forced_method is None (the "
+        "engine has no method, chat probes off vLLM, or the engine refused it).",
     )
     reference_run: str | None = Field(
         default=None, description="--quality-ref: the run whose pass was the reference."
@@ -354,6 +382,29 @@ class QualityBlock(_Model):
     loaded_level: int | None = Field(
         default=None, description="The level the loaded pass ran beside, as in quality.json."
     )
+
+
+def answers_moved_alone(moved: Sequence[PrimaryMetric], primary: PrimaryMetric | None) -> bool:
+    """A comparison's `moved` holds metrics, but not its primary: the greedy answers moved
+    while the teacher-forced scores stayed within their floor (verdict rule 4)."""
+    return bool(moved) and primary not in moved
+
+
+def output_faults(errors: Mapping[str, int]) -> dict[str, int]:
+    """The kinds of `errors` that are output faults (OUTPUT_FAULTS). A kind that is not a
+    known request failure counts as a fault, so a file from a newer servelab never reads
+    cleaner than it is."""
+    return {kind: n for kind, n in errors.items() if kind not in REQUEST_FAILURES and n}
+
+
+def request_failures(errors: Mapping[str, int]) -> dict[str, int]:
+    """The kinds of `errors` that are request failures (REQUEST_FAILURES)."""
+    return {kind: n for kind, n in errors.items() if kind in REQUEST_FAILURES and n}
+
+
+def errors_text(errors: Mapping[str, int]) -> str:
+    """Quality errors by kind in one phrase: 'nan_logprob x3, reasoning_only x1', or 'none'."""
+    return ", ".join(f"{kind} x{count}" for kind, count in sorted(errors.items())) or "none"
 
 
 def quality_block(result: QualityResult) -> QualityBlock:

@@ -17,12 +17,13 @@ import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from contextlib import suppress
+from dataclasses import replace
 from typing import Any
 
 from servelab.bench.quality.client import QualityClient, QualityTarget
 from servelab.bench.quality.evaluate import BEFORE, evaluate_quality, reference_label
 from servelab.bench.quality.plan import QualityPlan
-from servelab.bench.quality.probes import write_probes
+from servelab.bench.quality.probes import probe_set_digest, write_probes
 from servelab.bench.quality.results import (
     EngineName,
     LoadedBeside,
@@ -35,10 +36,17 @@ from servelab.bench.quality.results import (
 from servelab.core.errors import ServelabError
 from servelab.store.rundir import RunDir
 
-__all__ = ["FULL_OVERLAP", "QualitySession", "quality_engine"]
+__all__ = ["FULL_OVERLAP", "SGLANG_PREFIX_CACHE_NOTE", "QualitySession", "quality_engine"]
 
 FULL_OVERLAP = 0.99
 """A loaded pass with less of its wall time under load than this gets a note."""
+SGLANG_PREFIX_CACHE_NOTE = (
+    "sglang: the after and loaded passes resend the before pass's prompts and SGLang's "
+    "radix cache may serve their prefixes (another kernel path than a cold prefill); "
+    "servelab cannot salt it, so a determinism or batch-invariance drift may be the "
+    "prefix cache's (run SGLang with --disable-radix-cache to rule it out)"
+)
+"""quality.json's note on an SGLang run: the prefix cache confound (docs/QUALITY.md)."""
 _ENGINE_DIALECTS: dict[str, EngineName] = {
     "vllm": "vllm",
     "sim": "vllm",  # the simulator answers in vLLM's shapes (docs/SIMULATOR.md)
@@ -68,6 +76,8 @@ class QualitySession:
     ) -> None:
         self.plan = plan
         self.probes = plan.probes(max_context)
+        if target.run_id is None:  # each pass's vLLM cache_salt names the run
+            target = replace(target, run_id=run_dir.path.name)
         self.target = target
         self.run_dir = run_dir
         self.reference = reference
@@ -212,24 +222,33 @@ class QualitySession:
             self.notes.append(message)
 
     def _write(self) -> None:
-        """quality.json from the passes so far (each comparison they allow)."""
-        order = [p for name in (BEFORE, "loaded", "after") if (p := self.passes.get(name))]
-        client = self.client
+        """quality.json from the passes so far (each comparison they allow). Never raises:
+        where the evaluation or the write fails, a minimal result with the note is written
+        instead, and the sweep goes on."""
         try:
-            result = evaluate_quality(
-                probes=self.probes,
-                seed=self.plan.seed,
-                engine=self.target.engine,
-                passes=order,
-                logprobs_available=client.logprobs_available,
-                logprobs_reason=client.logprobs_reason,
-                forced_method=client.forced_method,
-                reference=self.reference,
-                reference_run=self.reference_run,
-            )
-        except ServelabError as exc:
-            self._add_note(f"not evaluated: {exc}")
-            return
+            self._evaluate_and_write()
+        except Exception as exc:  # a bug in the evaluation: a note, never the sweep's end
+            what = str(exc) if isinstance(exc, ServelabError) else _describe(exc)
+            self._add_note(f"not evaluated: {what}")
+            self._write_minimal()
+
+    def _evaluate_and_write(self) -> None:
+        order = self._order()
+        client = self.client
+        result = evaluate_quality(
+            probes=self.probes,
+            seed=self.plan.seed,
+            engine=self.target.engine,
+            passes=order,
+            logprobs_available=client.logprobs_available,
+            logprobs_reason=client.logprobs_reason,
+            forced_method=client.forced_method,
+            forced_reason=client.forced_reason,
+            reference=self.reference,
+            reference_run=self.reference_run,
+        )
+        if self.target.engine == "sglang" and len(order) > 1:
+            self._add_note(SGLANG_PREFIX_CACHE_NOTE)
         theirs = self.reference.forced_method if self.reference is not None else None
         if self.reference is not None and BEFORE in self.passes and theirs != client.forced_method:
             self._add_note(
@@ -245,6 +264,38 @@ class QualitySession:
             }
         )
         write_quality(self.run_dir, self.result)
+
+    def _order(self) -> list[QualityPass]:
+        return [p for name in (BEFORE, "loaded", "after") if (p := self.passes.get(name))]
+
+    def _write_minimal(self) -> None:
+        """The passes and the notes without comparisons; without the passes where even
+        that fails; the on_note callback where nothing can be written."""
+        client = self.client
+        last: Exception | None = None
+        for passes in (self._order(), []):
+            try:
+                self.result = QualityResult(
+                    probe_set_digest=probe_set_digest(self.probes),
+                    seed=self.plan.seed,
+                    n_probes=len(self.probes),
+                    engine=self.target.engine,
+                    logprobs_available=client.logprobs_available,
+                    logprobs_reason=client.logprobs_reason,
+                    forced_method=client.forced_method,
+                    forced_reason=client.forced_reason,
+                    reference_run=self.reference_run,
+                    passes=passes,
+                    comparisons=[],
+                    probe_s=sum(p.wall_s for p in passes),
+                    notes=list(self.notes),
+                )
+                write_quality(self.run_dir, self.result)
+                return
+            except Exception as exc:  # an invalid pass or a full disk: try with less
+                last = exc
+        if last is not None:
+            self.on_note(f"quality: quality.json could not be written: {_describe(last)}")
 
 
 def _describe(exc: BaseException) -> str:

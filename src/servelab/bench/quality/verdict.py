@@ -2,7 +2,11 @@
 
 The rule, fixed before any test was written (docs/QUALITY.md "Verdicts"):
 
-1. `broken` when either pass has a quality error of any kind; the reason names the kinds.
+1. `broken` when either pass has an output fault (results.OUTPUT_FAULTS: nan_logprob,
+   not_greedy, reasoning_only, no_finish_reason, short_stream); the reason names the
+   kinds. A request failure (http, transport, malformed: no answer came) is not a broken
+   answer: its probe is left out of the pairs, and the reason counts and names it; the
+   comparison is `broken` only when request failures left no probe to compare.
 2. Else the primary metric's floor is the larger of its epsilon (below) and the measured
    self-difference: the determinism comparison's value of the same metric (this run's,
    and the reference run's too for a configuration comparison). The determinism
@@ -30,7 +34,16 @@ import numpy as np
 
 from servelab.bench.quality.compare import PairComparison, metric_value
 from servelab.bench.quality.diff import first_divergences
-from servelab.bench.quality.results import ComparisonKind, PrimaryMetric, QualityComparison, Verdict
+from servelab.bench.quality.results import (
+    REQUEST_FAILURES,
+    ComparisonKind,
+    PrimaryMetric,
+    QualityComparison,
+    Verdict,
+    errors_text,
+    output_faults,
+    request_failures,
+)
 
 __all__ = [
     "BOOTSTRAP_QUANTILE",
@@ -107,9 +120,22 @@ def judge(
         if share_low > share_floor:
             moved.append("divergence_share")
     verdict: Verdict
-    if comparison.errors:
-        kinds = ", ".join(f"{k} x{n}" for k, n in comparison.errors.items())
-        verdict, reason, moved = "broken", f"quality errors: {kinds}", []
+    faults = output_faults(comparison.errors)
+    failures = request_failures(comparison.errors)
+    failed = sorted(i for i, kind in comparison.left_out.items() if kind in REQUEST_FAILURES)
+    left = ""
+    if failed:
+        probes = f"{len(failed)} probe{'s' if len(failed) > 1 else ''}"
+        left = f"; {probes} left out for request failures ({errors_text(failures)})"
+    elif failures:
+        left = (
+            f"; request failures in readings this comparison does not use ({errors_text(failures)})"
+        )
+    if faults:
+        verdict, reason, moved = "broken", f"quality errors: {errors_text(faults)}{left}", []
+    elif failures and not comparison.pairs:
+        verdict, moved = "broken", []
+        reason = f"request failures left no probe to compare: {errors_text(failures)}"
     elif moved and metric not in moved:
         verdict = "drift"
         reason = (
@@ -122,6 +148,8 @@ def judge(
         verdict, reason = "drift", f"{numbers}: the lower end exceeds the floor{factor}{also}"
     else:
         verdict, reason = "within_floor", f"{numbers}: the lower end is within the floor"
+    if verdict != "broken":
+        reason += left
     return QualityComparison(
         kind=kind,
         reference=reference,
@@ -139,6 +167,7 @@ def judge(
         divergence_interval_low=share_low,
         divergence_floor=share_floor,
         errors=comparison.errors,
+        left_out=list(comparison.left_out),  # every probe left out, in probe-set order
         diff=first_divergences(comparison.pairs),
     )
 

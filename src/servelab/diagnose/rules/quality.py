@@ -2,8 +2,12 @@
 is not deterministic or not batch-invariant, outputs that drifted from a reference run.
 
 Every finding rests on the probe's own verdict (quality.json; the floor and the bootstrap
-rule in `servelab.bench.quality.verdict`): a comparison `drift` is a finding, `broken`
-passes are one critical finding, `within_floor` is none. No threshold is added here.
+rule in `servelab.bench.quality.verdict`): a comparison `drift` is a finding; output
+faults (results.OUTPUT_FAULTS) in this run's passes, or a comparison `broken` (a
+configuration comparison counts the reference run's faults too), are one broken_output
+finding, critical where the faults are this run's; request failures (http, transport,
+malformed: no answer came) are a warning of their own, their probes left out of the
+comparisons; `within_floor` is none. No threshold is added here.
 
 The remedies are the engines' own, read from their sources:
 
@@ -26,8 +30,15 @@ The remedies are the engines' own, read from their sources:
 from __future__ import annotations
 
 import shlex
+from collections import Counter
 
-from servelab.bench.quality.results import QualityComparison, QualityResult
+from servelab.bench.quality.results import (
+    QualityComparison,
+    QualityResult,
+    errors_text,
+    output_faults,
+    request_failures,
+)
 from servelab.bench.quality.verdict import BOOTSTRAP_QUANTILE
 from servelab.diagnose.actions import text_action
 from servelab.diagnose.deployment import launched_spec
@@ -42,12 +53,7 @@ from servelab.diagnose.findings import (
     Severity,
     Tally,
 )
-from servelab.diagnose.quality_evidence import (
-    comparison_evidence,
-    comparison_source,
-    errors_text,
-    measured,
-)
+from servelab.diagnose.quality_evidence import comparison_evidence, comparison_source, measured
 from servelab.diagnose.signals import engine_on_cpu
 
 __all__ = [
@@ -77,7 +83,7 @@ _KINDS = {
     "configuration": FindingKind.QUALITY_DRIFT,
 }
 
-_ERROR_ADVICE = {
+_ERROR_ADVICE: dict[str, str] = {
     "nan_logprob": "NaN or infinite logprobs: the engine computed non-finite values; read "
     "engine.log for NaN and check the dtype, quantization and kernels it runs",
     "reasoning_only": "the whole answer came as reasoning_content with content empty: the "
@@ -99,20 +105,41 @@ _ERROR_ADVICE = {
 }
 
 
+_GENERIC_ADVICE = "quality errors of a kind this servelab does not know: read quality.json"
+_FAILED_ADVICE = (
+    "read the failed probes' errors in quality.json and engine.log, and run the probe again "
+    "(a context overflow: fewer --quality-prompts or a larger max_model_len)"
+)
+
+
 def rule(facts: RunFacts) -> list[Finding]:
     quality = facts.quality
     if quality is None:
         return []
-    findings = [_broken(quality)] if quality.errors else []
-    return findings + [
+    broken = _broken(quality)
+    failed = _request_failures(quality)
+    return [f for f in (broken, failed) if f is not None] + [
         _drift(facts, quality, comparison)
         for comparison in quality.comparisons
         if comparison.verdict == "drift"
     ]
 
 
-def _broken(quality: QualityResult) -> Finding:
-    """Outputs that are not answers, by kind: one critical finding for the whole probe."""
+def _advice(kind: str) -> str:
+    return _ERROR_ADVICE.get(kind, _GENERIC_ADVICE)
+
+
+def _broken(quality: QualityResult) -> Finding | None:
+    """Outputs that are not answers, by kind and by the run they came from: one finding for
+    the whole probe, critical where this run's passes hold them; None without output
+    faults or a broken comparison."""
+    mine: Counter[str] = Counter()
+    for run in quality.passes:
+        mine.update(output_faults(run.errors))
+    broken = [c for c in quality.comparisons if c.verdict == "broken"]
+    theirs = _reference_faults(quality, broken)
+    if not mine and not broken:
+        return None
     tally = Tally()
     evidence = [
         Evidence(
@@ -122,11 +149,31 @@ def _broken(quality: QualityResult) -> Finding:
             source=f"quality.json pass {run.name}",
         )
         for run in quality.passes
-        for kind, count in run.errors.items()
+        for kind, count in output_faults(run.errors).items()
+    ]
+    reference = quality.reference_run or "the reference run"
+    evidence += [
+        Evidence(
+            what=f"quality errors {kind} in the reference run {reference}'s passes",
+            value=count,
+            unit="answers",
+            source=f"{reference}/quality.json",
+        )
+        for kind, count in theirs.items()
+    ]
+    evidence += [
+        Evidence(what="verdict", value="broken", source=comparison_source(c)) for c in broken
     ]
     tally.add("quality probe", _COUNTED_WEIGHT, evidence)
     for run in quality.passes:
-        example = next((r for r in run.readings if r.error_kind is not None), None)
+        example = next(
+            (
+                r
+                for r in run.readings
+                if r.error_kind is not None and output_faults({r.error_kind: 1})
+            ),
+            None,
+        )
         if example is not None:
             tally.note(
                 Evidence(
@@ -135,22 +182,129 @@ def _broken(quality: QualityResult) -> Finding:
                     source=f"quality.json pass {run.name}",
                 )
             )
-    for comparison in quality.comparisons:
-        if comparison.verdict == "broken":
-            tally.note(
-                Evidence(what="verdict", value="broken", source=comparison_source(comparison))
-            )
+    if mine:
+        title = f"outputs that are not answers: {errors_text(mine)}"
+        explanation = (
+            "The quality probe's greedy answers include outputs that are not answers "
+            "(docs/QUALITY.md, quality errors). They are counted, never averaged away: a "
+            "configuration that produces them is wrong however fast it is, and every "
+            "comparison that holds them is broken."
+        )
+        kinds = list(mine) + [k for k in theirs if k not in mine]
+        severity = Severity.CRITICAL
+    elif theirs:
+        title = (
+            f"the configuration comparison is broken by the reference run {reference}'s "
+            f"outputs: {errors_text(theirs)}"
+        )
+        explanation = (
+            "This run's own answers hold no output fault; the reference run's do, and a "
+            "configuration comparison counts both runs' errors. Compare with a reference "
+            "run whose answers are answers."
+        )
+        kinds = list(theirs)
+        severity = Severity.WARNING
+    else:
+        title = "the quality probe compared nothing: " + "; ".join(
+            f"{c.kind}: {c.reason}" for c in broken
+        )
+        explanation = (
+            "Every probe of a comparison lost its request (http, transport, malformed), so "
+            "nothing was left to compare: the outputs were not judged."
+        )
+        kinds = list(request_failures(quality.errors))
+        severity = Severity.WARNING
+    actions = [text_action(_advice(kind)) for kind in kinds]
+    if not mine and theirs:
+        actions.insert(
+            0,
+            text_action(
+                f"run the reference again (--quality-ref): {reference}'s own passes hold "
+                "output faults"
+            ),
+        )
     return Finding(
         kind=FindingKind.BROKEN_OUTPUT,
-        title=f"outputs that are not answers: {errors_text(quality.errors)}",
-        severity=Severity.CRITICAL,
+        title=title,
+        severity=severity,
         confidence=tally.confidence,
         evidence=tally.evidence,
-        explanation="The quality probe's greedy answers include outputs that are not answers "
-        "(docs/QUALITY.md, quality errors). They are counted, never averaged away: a "
-        "configuration that produces them is wrong however fast it is, and every "
-        "comparison that holds them is broken.",
-        actions=[text_action(_ERROR_ADVICE[kind]) for kind in quality.errors],
+        explanation=explanation,
+        actions=actions or [text_action(_GENERIC_ADVICE)],
+    )
+
+
+def _reference_faults(quality: QualityResult, broken: list[QualityComparison]) -> dict[str, int]:
+    """Output faults a broken configuration comparison counts beyond this run's own pass:
+    the reference run's."""
+    faults: Counter[str] = Counter()
+    by_name = {p.name: p for p in quality.passes}
+    for c in broken:
+        if c.kind != "configuration":
+            continue
+        own = by_name.get(c.candidate)
+        for kind, count in output_faults(c.errors).items():
+            extra = count - (own.errors.get(kind, 0) if own is not None else 0)
+            if extra > 0:
+                faults[kind] = max(faults[kind], extra)
+    return dict(sorted(faults.items()))
+
+
+def _request_failures(quality: QualityResult) -> Finding | None:
+    """Probe requests that got no answer: their probes were left out of the comparisons."""
+    failures = request_failures(quality.errors)
+    if not failures:
+        return None
+    tally = Tally()
+    evidence = [
+        Evidence(
+            what=f"failed probe requests {kind} in pass {run.name}",
+            value=count,
+            unit="requests",
+            source=f"quality.json pass {run.name}",
+        )
+        for run in quality.passes
+        for kind, count in request_failures(run.errors).items()
+    ]
+    evidence += [
+        Evidence(
+            what="probes left out of the comparison",
+            value=len(c.left_out),
+            unit="probes",
+            source=comparison_source(c),
+        )
+        for c in quality.comparisons
+        if c.verdict != "broken" and c.left_out
+    ]
+    tally.add("quality probe", _COUNTED_WEIGHT, evidence)
+    for run in quality.passes:
+        example = next(
+            (
+                r
+                for r in run.readings
+                if r.error_kind is not None and request_failures({r.error_kind: 1})
+            ),
+            None,
+        )
+        if example is not None:
+            tally.note(
+                Evidence(
+                    what=f"{example.error_kind} on {example.probe_id} (pass {run.name})",
+                    value=(example.error or "")[:240],
+                    source=f"quality.json pass {run.name}",
+                )
+            )
+    return Finding(
+        kind=FindingKind.QUALITY_REQUESTS_FAILED,
+        title=f"quality probe requests failed: {errors_text(failures)}",
+        severity=Severity.WARNING,
+        confidence=tally.confidence,
+        evidence=tally.evidence,
+        explanation="Some of the quality probe's requests got no answer (an HTTP error, a "
+        "lost connection, a body not in the wire format). That is not a wrong answer: those "
+        "probes were left out of the comparisons, which were judged on the rest, with less "
+        "power to see a drift.",
+        actions=[text_action(_advice(kind)) for kind in failures] + [text_action(_FAILED_ADVICE)],
     )
 
 
@@ -163,6 +317,12 @@ def _drift(facts: RunFacts, quality: QualityResult, comparison: QualityCompariso
         missing.append(
             f"no logprobs from the engine{why}: the verdict rests on greedy divergence, "
             "which sees only changes large enough to flip a token"
+        )
+    if comparison.left_out:
+        missing.append(
+            f"{len(comparison.left_out)} probes left out for request failures "
+            f"({', '.join(comparison.left_out[:5])}"
+            f"{', ...' if len(comparison.left_out) > 5 else ''}): the verdict rests on the rest"
         )
     share = quality.loaded_overlap_share
     if comparison.kind == "batch_invariance" and share is not None and share < 1:

@@ -13,6 +13,8 @@ from servelab.bench.quality.results import (
     QualityComparison,
     QualityResult,
     Verdict,
+    errors_text,
+    output_faults,
 )
 from servelab.report.document import Block, Bullets, KeyValues, Paragraph, Section, Table, Tone
 from servelab.report.inputs import ReportRun
@@ -38,8 +40,8 @@ def quality_section(run: ReportRun) -> Section | None:
     blocks: list[Block] = [
         Paragraph(
             f"{quality.n_probes} prompts (seed {quality.seed}) answered greedily at "
-            "temperature 0: alone before and after the sweep, and mixed into the heaviest "
-            "level. Each comparison is judged on its primary metric against the floor, the "
+            f"temperature 0: alone before and after the sweep{_loaded_clause(quality)}. "
+            "Each comparison is judged on its primary metric against the floor, the "
             "larger of the measured self-difference and the metric's epsilon: drift when the "
             "lower end of the bootstrap interval over the probes exceeds it (docs/QUALITY.md)."
         ),
@@ -61,8 +63,31 @@ def quality_section(run: ReportRun) -> Section | None:
     ]
     blocks += [_diff(c) for c in quality.comparisons if c.diff]
     if not any(c.diff for c in quality.comparisons):
-        blocks.append(Paragraph("Every probe's greedy answer was the same in every pass."))
+        blocks.append(Paragraph(_no_diff(quality)))
     return Section("quality", "Quality", blocks)
+
+
+def _no_diff(quality: QualityResult) -> str:
+    """No diff to show: every answer alike only where every probe was compared."""
+    every = all(c.metrics.probes == quality.n_probes for c in quality.comparisons)
+    if not quality.errors and every:
+        return "Every probe's greedy answer was the same in every pass."
+    compared = ", ".join(
+        f"{c.kind} {c.metrics.probes} of {quality.n_probes}" for c in quality.comparisons
+    )
+    return (
+        "No compared probe's greedy answer differed; the probes with quality errors "
+        f"({errors_text(quality.errors)}) were not compared (compared: {compared})."
+    )
+
+
+def _loaded_clause(quality: QualityResult) -> str:
+    """Where the loaded pass ran, as quality.json says (loaded_beside)."""
+    if quality.loaded_level is None:
+        return ""
+    if quality.loaded_beside == "replay":
+        return ", and beside a replay of the last level's load"
+    return f", and beside level {quality.loaded_level}"
 
 
 def quality_line(quality: QualityResult) -> tuple[Tone, str]:
@@ -82,8 +107,8 @@ def worst_tone(comparisons: Sequence[QualityComparison]) -> Tone:
 def verdict_text(comparison: QualityComparison) -> str:
     """'drift (mean |Δlogprob| 0.00286, floor 0.000977)' or 'broken (nan_logprob x1)'."""
     if comparison.verdict == "broken":
-        kinds = ", ".join(f"{k} x{n}" for k, n in comparison.errors.items())
-        return f"broken ({kinds})"
+        faults = output_faults(comparison.errors)
+        return f"broken ({errors_text(faults) if faults else 'no probe compared'})"
     metric = _METRIC[comparison.primary_metric].removesuffix(" (nats)")
     return (
         f"{comparison.verdict} ({metric} {comparison.primary_value:.3g}, "
@@ -103,13 +128,15 @@ def _facts(quality: QualityResult) -> list[tuple[str, str]]:
         else "this run's own 'before' pass (no --quality-ref)"
     )
     if quality.logprobs_available:
-        forced = quality.forced_method or "none"
+        forced = quality.forced_method or (
+            f"none ({quality.forced_reason})" if quality.forced_reason else "none"
+        )
         logprobs = f"yes; teacher-forced by {forced}"
     else:
         logprobs = f"no: {quality.logprobs_reason or 'the engine gave none'}; greedy agreement only"
     passes = ", ".join(f"{p.name} {p.wall_s:.1f} s" for p in quality.passes)
     loaded = _loaded(quality)
-    errors = ", ".join(f"{k} x{n}" for k, n in quality.errors.items()) or "none"
+    errors = errors_text(quality.errors)
     return [
         ("reference", reference),
         ("probe set", f"{quality.n_probes} prompts, seed {quality.seed}, {quality.probes_file}"),
