@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter
+from collections.abc import Callable
 
 from servelab.bench.quality.results import (
     QualityComparison,
@@ -165,23 +166,7 @@ def _broken(quality: QualityResult) -> Finding | None:
         Evidence(what="verdict", value="broken", source=comparison_source(c)) for c in broken
     ]
     tally.add("quality probe", _COUNTED_WEIGHT, evidence)
-    for run in quality.passes:
-        example = next(
-            (
-                r
-                for r in run.readings
-                if r.error_kind is not None and output_faults({r.error_kind: 1})
-            ),
-            None,
-        )
-        if example is not None:
-            tally.note(
-                Evidence(
-                    what=f"{example.error_kind} on {example.probe_id} (pass {run.name})",
-                    value=(example.error or "")[:240],
-                    source=f"quality.json pass {run.name}",
-                )
-            )
+    _note_first_errors(tally, quality, output_faults)
     if mine:
         title = f"outputs that are not answers: {errors_text(mine)}"
         explanation = (
@@ -234,6 +219,25 @@ def _broken(quality: QualityResult) -> Finding | None:
     )
 
 
+def _note_first_errors(
+    tally: Tally, quality: QualityResult, kinds: Callable[[dict[str, int]], dict[str, int]]
+) -> None:
+    """Each pass's first reading whose error `kinds` keeps, quoted as a note."""
+    for run in quality.passes:
+        example = next(
+            (r for r in run.readings if r.error_kind is not None and kinds({r.error_kind: 1})),
+            None,
+        )
+        if example is not None:
+            tally.note(
+                Evidence(
+                    what=f"{example.error_kind} on {example.probe_id} (pass {run.name})",
+                    value=(example.error or "")[:240],
+                    source=f"quality.json pass {run.name}",
+                )
+            )
+
+
 def _reference_faults(quality: QualityResult, broken: list[QualityComparison]) -> dict[str, int]:
     """Output faults a broken configuration comparison counts beyond this run's own pass:
     the reference run's."""
@@ -277,23 +281,7 @@ def _request_failures(quality: QualityResult) -> Finding | None:
         if c.verdict != "broken" and c.left_out
     ]
     tally.add("quality probe", _COUNTED_WEIGHT, evidence)
-    for run in quality.passes:
-        example = next(
-            (
-                r
-                for r in run.readings
-                if r.error_kind is not None and request_failures({r.error_kind: 1})
-            ),
-            None,
-        )
-        if example is not None:
-            tally.note(
-                Evidence(
-                    what=f"{example.error_kind} on {example.probe_id} (pass {run.name})",
-                    value=(example.error or "")[:240],
-                    source=f"quality.json pass {run.name}",
-                )
-            )
+    _note_first_errors(tally, quality, request_failures)
     return Finding(
         kind=FindingKind.QUALITY_REQUESTS_FAILED,
         title=f"quality probe requests failed: {errors_text(failures)}",
