@@ -47,6 +47,7 @@ from typing import Any
 
 import torch
 import transformers
+from step_clock import elapsed_ms  # beside this script, first on sys.path
 from transformers import AutoModelForCausalLM, StaticCache
 
 try:
@@ -487,22 +488,10 @@ def _time_steps(
         rewind()
         run()
     times: list[float] = []
-    cuda = device.type == "cuda"
     for _ in range(iters):
         rewind()
         _synchronize(device)
-        if cuda:
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            run()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            began = time.perf_counter()
-            run()
-            times.append((time.perf_counter() - began) * 1e3)
+        times.append(elapsed_ms(run, device))
     return times
 
 

@@ -94,6 +94,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from step_clock import elapsed_ms  # beside this script, first on sys.path
 
 try:
     from servelab.engines.embedded import VOCAB_SIZE, EmbeddedPreset, get_preset
@@ -750,20 +751,10 @@ def _time(run: Callable[[], object], device: torch.device, warmup: int, iters: i
     for _ in range(iters):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-            dist.barrier()
+        dist.barrier()
+        if device.type == "cuda":
             torch.cuda.synchronize(device)
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            run()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            dist.barrier()
-            began = time.perf_counter()
-            run()
-            times.append((time.perf_counter() - began) * 1e3)
+        times.append(elapsed_ms(run, device))
     every: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(every, times)
     return statistics.median(max(step) for step in zip(*every, strict=True))
