@@ -48,6 +48,7 @@ from typing import Any
 import torch
 import transformers
 from step_clock import elapsed_ms  # beside this script, first on sys.path
+from step_graph import capture_graph
 from transformers import AutoModelForCausalLM, StaticCache
 
 try:
@@ -336,7 +337,7 @@ def _measure_one(
     try:
         if row.experts in capture_failures:
             raise _KnownFailure(capture_failures[row.experts])
-        replay = _capture(step, rewind, device, args.warmup)
+        replay = capture_graph(step, device, warmup=args.warmup, rewind=rewind)
         row.graph_method = "torch.cuda.graph"
     except Exception as exc:
         if isinstance(exc, _KnownFailure):
@@ -426,33 +427,6 @@ def _trace(
         shutil.copyfileobj(source, target)
     plain.unlink()
     _log(f"{name}: {args.trace_steps} steps traced")
-
-
-def _capture(
-    step: Callable[[], torch.Tensor],
-    rewind: Callable[[], None],
-    device: torch.device,
-    warmup: int,
-) -> Callable[[], torch.Tensor]:
-    """Capture `step` in a CUDA graph (after warm-up on a side stream); return its replay."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(max(warmup, 2)):
-            rewind()
-            step()
-    torch.cuda.current_stream(device).wait_stream(side)
-    torch.cuda.synchronize(device)
-    graph = torch.cuda.CUDAGraph()
-    rewind()
-    with torch.cuda.graph(graph):
-        logits = step()
-
-    def replay() -> torch.Tensor:
-        graph.replay()
-        return logits
-
-    return replay
 
 
 def _compiled(

@@ -95,6 +95,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from step_clock import elapsed_ms  # beside this script, first on sys.path
+from step_graph import capture_graph
 
 try:
     from servelab.engines.embedded import VOCAB_SIZE, EmbeddedPreset, get_preset
@@ -399,7 +400,7 @@ def _measure(
         graph_error = f"skipped: CUDA graphs need a CUDA device; this run is on {device.type}"
     else:
         try:
-            replay, replay_noop = _capture(eager, device), _capture(eager_noop, device)
+            replay, replay_noop = capture_graph(eager, device), capture_graph(eager_noop, device)
             graph_diff = float((replay().float() - eager().float()).abs().max())
             graph_ms = _time(replay, device, plan.warmup, plan.iters)
             graph_compute_ms = _time(replay_noop, device, plan.warmup, plan.iters)
@@ -758,26 +759,6 @@ def _time(run: Callable[[], object], device: torch.device, warmup: int, iters: i
     every: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(every, times)
     return statistics.median(max(step) for step in zip(*every, strict=True))
-
-
-def _capture(step: Callable[[], torch.Tensor], device: torch.device) -> Callable[[], torch.Tensor]:
-    """`step` captured in a CUDA graph, collectives inside, after warm-up on a side stream."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream(device).wait_stream(side)
-    torch.cuda.synchronize(device)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        logits = step()
-
-    def replay() -> torch.Tensor:
-        graph.replay()
-        return logits
-
-    return replay
 
 
 # ---------------------------------------------------------------- helpers and output
