@@ -89,23 +89,19 @@ FORCED_METHODS: dict[EngineName, ForcedMethod | None] = {
     "openai": "echo",
     "transformers": None,
 }
+_ALL_SAMPLING_OFF: dict[str, float | int] = {
+    "top_p": 1,
+    "top_k": -1,
+    "min_p": 0,
+    "repetition_penalty": 1.0,
+    "frequency_penalty": 0,
+    "presence_penalty": 0,
+}
+"""vLLM and SGLang take the same names for every sampling setting a model's
+generation_config.json may turn on."""
 NEUTRAL_SAMPLING: dict[EngineName, dict[str, float | int]] = {
-    "vllm": {
-        "top_p": 1,
-        "top_k": -1,
-        "min_p": 0,
-        "repetition_penalty": 1.0,
-        "frequency_penalty": 0,
-        "presence_penalty": 0,
-    },
-    "sglang": {
-        "top_p": 1,
-        "top_k": -1,
-        "min_p": 0,
-        "repetition_penalty": 1.0,
-        "frequency_penalty": 0,
-        "presence_penalty": 0,
-    },
+    "vllm": _ALL_SAMPLING_OFF,
+    "sglang": _ALL_SAMPLING_OFF,
     "openai": {"frequency_penalty": 0, "presence_penalty": 0},
     "transformers": {},
 }
