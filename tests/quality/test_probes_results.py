@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from servelab.bench.quality.evaluate import evaluate_quality
 from servelab.bench.quality.probes import (
     KIND_SHAPES,
@@ -16,6 +18,7 @@ from servelab.bench.quality.probes import (
     write_probes,
 )
 from servelab.bench.quality.results import PROBES_FILE, load_quality, quality_block, write_quality
+from servelab.core import redact
 from tests.quality.helpers import make_pass, reference_logprobs
 
 
@@ -65,6 +68,29 @@ def test_quality_json_round_trip_keeps_nan(tmp_path: Path) -> None:
     assert math.isnan(values[0]) and values[1] == -math.inf
     assert loaded.comparisons == result.comparisons
     assert load_quality(tmp_path / "elsewhere") is None
+
+
+def test_a_secret_that_reads_like_digits_leaves_quality_json_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files are scrubbed of every secret servelab was handed; quality.json is JSON, so only
+    its strings are: a key of digits found inside a logprob must not turn it into '***'."""
+    lp = reference_logprobs(4, 3)
+    digits = repr(abs(float(lp[0][0]))).split(".")[1][:6]
+    monkeypatch.setattr(redact, "_secrets", set())
+    redact.register_secret(digits)
+    result = evaluate_quality(
+        probes=make_probes(4, seed=1),
+        seed=1,
+        engine="vllm",
+        passes=[make_pass("before", lp), make_pass("after", lp)],
+        logprobs_available=True,
+        forced_method="prompt_logprobs",
+    )
+    write_quality(tmp_path, result)
+    loaded = load_quality(tmp_path)
+    assert loaded is not None
+    assert loaded.passes[0].readings[0].logprobs == result.passes[0].readings[0].logprobs
 
 
 def test_summary_block() -> None:

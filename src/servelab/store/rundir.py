@@ -210,6 +210,12 @@ class RunDir:
             filename, scrub_json(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
         )
 
+    def write_json_text(self, filename: str, text: str) -> Path:
+        """Replace `filename` atomically with JSON already serialised (a model's own
+        `model_dump_json`, which keeps its NaN and infinities as it defines them); only its
+        strings are scrubbed, so a secret that reads like digits never breaks a number."""
+        return self._replace(filename, scrub_json(text.encode()))
+
     def write_text(self, filename: str, text: str) -> Path:
         return self.write_bytes(filename, text.encode())
 

@@ -411,7 +411,7 @@ def _enqueue_best_predicted(
 def write_outputs(result: StudyResult, study_dir: Path) -> None:
     """study.json, and the best spec and its command beside it."""
     folder = RunDir(study_dir)
-    folder.write_text(STUDY_FILE, result.model_dump_json(by_alias=True, indent=1) + "\n")
+    folder.write_json_text(STUDY_FILE, result.model_dump_json(by_alias=True, indent=1) + "\n")
     if result.best_spec_yaml:
         folder.write_text(BEST_SPEC_FILE, result.best_spec_yaml)
     if result.best_command:

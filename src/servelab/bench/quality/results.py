@@ -423,7 +423,7 @@ def quality_block(result: QualityResult) -> QualityBlock:
 def write_quality(run_dir: RunDir | Path, result: QualityResult) -> Path:
     """Replace quality.json in the run directory atomically."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    return run.write_text(QUALITY_FILE, result.model_dump_json(by_alias=True, indent=2) + "\n")
+    return run.write_json_text(QUALITY_FILE, result.model_dump_json(by_alias=True, indent=2) + "\n")
 
 
 def load_quality(run_dir: RunDir | Path) -> QualityResult | None:
