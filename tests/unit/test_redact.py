@@ -52,6 +52,9 @@ def test_secret_names(name: str):
         "keyboard",
         "VLLM_CPU_KVCACHE_SPACE",
         "monkey",
+        "step-per-token-ms",
+        "step-per-context-token-ms",
+        "kv-key-dtype",
     ],
 )
 def test_ordinary_names(name: str):

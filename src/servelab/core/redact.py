@@ -36,9 +36,6 @@ MASK = "***"
 
 _SECRET_WORDS = frozenset(
     {
-        "key",
-        "apikey",
-        "token",
         "secret",
         "password",
         "passwd",
@@ -50,6 +47,12 @@ _SECRET_WORDS = frozenset(
         "cookie",
     }
 )
+"""Words that make a name secret wherever they stand in it."""
+_SECRET_LAST_WORDS = frozenset({"key", "apikey", "token"})
+"""Words that make a name secret where the name ends with them: `HF_TOKEN` and `--api-key`
+hold one, `--step-per-token-ms` and `--key-dtype` hold a number or a type. A name that
+masked `--step-per-token-ms 0.0021` registered 0.0021 as a secret, and every later file
+holding those digits was garbled."""
 _SECRET_PARTS = ("APIKEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 _WORDS = re.compile(r"[A-Za-z0-9]+")
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]+:)[^/@\s]+@")
@@ -64,11 +67,15 @@ def is_secret_name(name: str) -> bool:
     """Whether an option, header or variable name says it holds a secret.
 
     By words, so `HF_TOKEN`, `--api-key` and `X-Api-Key` are secret while
-    `--max-num-batched-tokens` is not.
+    `--max-num-batched-tokens` and `--step-per-token-ms` are not.
     """
-    words = {word.lower() for word in _WORDS.findall(name)}
+    words = [word.lower() for word in _WORDS.findall(name)]
     upper = name.upper()
-    return bool(words & _SECRET_WORDS) or any(part in upper for part in _SECRET_PARTS)
+    return (
+        bool(set(words) & _SECRET_WORDS)
+        or (bool(words) and words[-1] in _SECRET_LAST_WORDS)
+        or any(part in upper for part in _SECRET_PARTS)
+    )
 
 
 def register_secret(value: str | None) -> None:
