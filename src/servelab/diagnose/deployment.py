@@ -31,6 +31,7 @@ from servelab.model import (
     calibration_from_probe,
     deploy,
 )
+from servelab.model.gpus import gpu_for_nvml_name
 
 __all__ = [
     "CPU_DETAIL",
@@ -100,7 +101,7 @@ def choose_model(files: RunFiles, options: DiagnoseOptions, conf: EngineConfig) 
         return ModelChoice(None, "no model: give --model (and --gpu, --tp) for the ceiling", notes)
     calibration = _calibration(files, notes)
     layout = _Layout(
-        gpu=options.gpu or (calibration.gpu_slug if calibration else None),
+        gpu=options.gpu or (calibration.gpu_slug if calibration else None) or _probed_gpu(files),
         tp=options.tp or (conf.tp.value if conf.tp else None),
         kernels=_KERNELS.get(conf.name or ""),
         options=options,
@@ -153,6 +154,20 @@ def launched_spec(summary: BenchSummary) -> dict[str, Any] | None:
     except yaml.YAMLError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def _probed_gpu(files: RunFiles) -> str | None:
+    """The catalogue slug of the GPUs the probe saw through NVML (a probe without `--comm`
+    measures nothing, but still names the card: a run on an H100 is priced as one, not as
+    the preset's GPU); None when they differ or none is in the catalogue."""
+    if files.probe is None:
+        return None
+    listed = (files.probe.document.get("gpus") or {}).get("gpus") or []
+    specs = {gpu_for_nvml_name(str(g.get("name") or "")) for g in listed if isinstance(g, dict)}
+    if len(specs) != 1:
+        return None
+    spec = specs.pop()
+    return spec.slug if spec is not None else None
 
 
 def _calibration(files: RunFiles, notes: list[str]) -> Calibration | None:
