@@ -46,6 +46,7 @@ from servelab.engines.transformers_serve import CB_BLOCK_TOKENS
 
 __all__ = [
     "GRAPH_MAX_FLAGS",
+    "TF_ATTENTION_FLAG",
     "EngineConfig",
     "Setting",
     "engine_config",
@@ -69,7 +70,8 @@ _TP_FIELDS = ("tp_size", "tensor_parallel_size")
 _BATCH_TOKEN_FIELDS = ("max_batch_tokens", "max_num_batched_tokens", "max_prefill_tokens")
 _GRAPHS_OFF_FIELDS = ("disable_cuda_graph", "enforce_eager")
 _TF_BLOCK_FLAG = "--cb-block-size"
-_TF_ATTENTION_FLAG = "--attn-implementation"
+TF_ATTENTION_FLAG = "--attn-implementation"
+"""transformers serve's attention implementation (`sdpa`, `eager`, a flash one)."""
 _PREFILL_PHASES = ("prefill", "piecewise")
 
 
@@ -307,7 +309,7 @@ def _graphs_default(
     if rule is None or not command:
         return None
     if knob_engine(engine) == "transformers":
-        attention = flag_value(command, _TF_ATTENTION_FLAG) or ""
+        attention = flag_value(command, TF_ATTENTION_FLAG) or ""
         if "flash" in attention:
             return None  # graphs on where a graph backend exists: not known from here
         return Setting(

@@ -137,8 +137,9 @@ def _with_graph_gains(finding: Finding, twin: Twin, objective: Objective) -> Fin
 def expected_gains(
     twin: Twin, finding: Finding, at_level: int
 ) -> tuple[list[ExpectedGain], WhatIf | None]:
-    """The replay at the value of the finding's first limit action, for each metric it
-    moves at `at_level`."""
+    """The replay at the value of the finding's first limit action, for each metric the run
+    measured at `at_level` that it moves (a rerun can check only what the run measured:
+    answers that came whole have no TPOT, and a stream that came in one burst a TPOT of 0)."""
     change = _action_change(finding)
     if change is None:
         return [], None
@@ -146,7 +147,7 @@ def expected_gains(
     gains = []
     for metric in _STATED:
         forecast = whatif.forecast(at_level, metric)
-        if forecast is None or not _moves(forecast):
+        if forecast is None or not forecast.measured or not _moves(forecast):
             continue
         gains.append(_gain(forecast, whatif, change))
     return gains, whatif
@@ -161,9 +162,13 @@ def _action_change(finding: Finding) -> tuple[str, int] | None:
 
 
 def _moves(forecast: Forecast) -> bool:
-    """The draws agree the metric moves (its interval leaves out no change)."""
-    assert forecast.low is not None and forecast.high is not None
-    return forecast.low > 1 or forecast.high < 1
+    """The fit's draws agree the metric moves (their interval leaves out no change). Where
+    the change reaches past the run, the stated interval also spans what the run cannot
+    show, and may hold no change: the gain is stated with it, and called extrapolated."""
+    low = forecast.fit_low if forecast.fit_low is not None else forecast.low
+    high = forecast.fit_high if forecast.fit_high is not None else forecast.high
+    assert low is not None and high is not None
+    return low > 1 or high < 1
 
 
 def _gain(forecast: Forecast, whatif: WhatIf, change: tuple[str, int] | None) -> ExpectedGain:
@@ -267,8 +272,9 @@ def _raised(lift: Lift, facts: RunFacts, twin: Twin) -> Finding:
 
 
 def _needed(twin: Twin, limit: str) -> int:
-    """What the heaviest level's requests need of a limit the machine does not cap: every
-    prompt and every request in flight at once (`lifted_value` without a ceiling)."""
+    """What the run's requests need of a limit the machine does not cap: the longest prompt
+    whole beside every request decoding, or every request in flight at once at its full
+    length (`lifted_value` without a ceiling)."""
     return lifted_value(twin, limit) or 1
 
 
@@ -288,8 +294,11 @@ def machine_ceilings(facts: RunFacts) -> dict[str, int]:
 
 def _not_binding(existing: Finding | None, lift: Lift) -> Finding:
     lifted = "no limit" if lift.lifted is None else f"{lift.lifted:,}"
+    what = f"{lift.limit} lifted from {lift.value:,} to {lifted} in the replay"
+    if lift.lifted == lift.value:
+        what = f"{lift.limit} ({lift.value:,}) already takes the longest prompt whole"
     evidence = Evidence(
-        what=f"{lift.limit} lifted from {lift.value:,} to {lifted} in the replay",
+        what=what,
         value="; ".join(lift.gains()) or "nothing moves",
         source=_SOURCE,
         supports=False,
@@ -297,6 +306,12 @@ def _not_binding(existing: Finding | None, lift: Lift) -> Finding:
     kind = LIMIT_KINDS[lift.limit]
     title = f"{lift.limit} ({lift.value:,}) is set but not binding"
     said = f"Replayed with {lift.limit} lifted ({lifted}), the objective does not move."
+    if lift.lifted == lift.value:
+        said = (
+            f"{lift.limit} already takes the longest prompt whole beside every request "
+            "decoding, so no prompt is split; a larger one only lets more whole prompts share "
+            "a step, whose memory the run does not show."
+        )
     if existing is None:
         return Finding(
             kind=kind,

@@ -8,16 +8,20 @@ import math
 from dataclasses import replace
 
 from servelab.core.errors import ConfigError
-from servelab.diagnose.engineconf import EngineConfig, Setting, knob_engine
+from servelab.core.units import MS_PER_S
+from servelab.diagnose.engineconf import TF_ATTENTION_FLAG, EngineConfig, Setting, knob_engine
 from servelab.diagnose.inputs import RunFiles
 from servelab.diagnose.modelview import ModelView
+from servelab.engines.knobs import flag_value
+from servelab.model.calibration import apply_calibration
 from servelab.model.perf import step
 from servelab.sim.policy import policy_for
 from servelab.store import REQUESTS_FILE, RunDir
 from servelab.twin import EngineLimits, Twin, TwinInputs, TwinResult, fit_twin
 from servelab.twin.model import StepFloor
+from servelab.twin.padding import KvPadding, padded_position_bytes
 
-__all__ = ["model_floor", "run_twin", "twin_detail"]
+__all__ = ["kv_padding", "model_floor", "run_twin", "twin_detail"]
 
 
 def run_twin(
@@ -47,8 +51,25 @@ def run_twin(
     except (ValueError, ConfigError) as exc:
         return None, f"no twin: {exc}"
     if model is not None:
-        twin = replace(twin, floor=model_floor(model), _memo={})
+        padding = kv_padding(conf, model, limits.kv_capacity_tokens)
+        twin = replace(twin, floor=model_floor(model), kv_padding=padding, _memo={})
     return twin, twin_detail(twin.result)
+
+
+def kv_padding(conf: EngineConfig, model: ModelView, pool: int | None) -> KvPadding | None:
+    """transformers serve with CUDA graphs and an attention that is not a flash one reads
+    its KV padded to the cache's size (`servelab.twin.padding`); None for any other engine,
+    or where the pool or the graphs are not known."""
+    if knob_engine(conf.name) != "transformers" or pool is None:
+        return None
+    if conf.cuda_graphs is None or not conf.cuda_graphs.value:
+        return None
+    if "flash" in (flag_value(conf.command, TF_ATTENTION_FLAG) or ""):
+        return None
+    deployment = model.deployment
+    bandwidth = apply_calibration(deployment.gpu, deployment.calibration)[0]
+    seconds = padded_position_bytes(deployment.model) / bandwidth.memory_bandwidth_bytes_s
+    return KvPadding(pool=pool, least_ms_per_position=seconds * MS_PER_S / model.time_scale)
 
 
 def model_floor(model: ModelView) -> StepFloor:

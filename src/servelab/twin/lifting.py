@@ -94,9 +94,14 @@ class Lift:
 def lifted_value(twin: Twin, limit: str, ceiling: int | None = None) -> int | None:
     """The most the run's workload could use of `limit`, and no more than `ceiling` (what
     the machine allows, where known): the cap to the heaviest level's concurrency; the step
-    budget to every prompt that can be in flight at once, in one step, beside every request
-    decoding; the cache to every request that can be in flight at once held at its full
-    length."""
+    budget to the longest prompt in one step beside every request decoding, so that no
+    prompt is split; the cache to every request that can be in flight at once held at its
+    full length.
+
+    The budget stops there: past it a step holds several whole prompts, whose activations
+    the run never showed the engine has memory for. On one H100, the budget for 40 prompts
+    of 2,048 tokens at once (82,320) ran transformers serve out of memory at its first
+    loaded step."""
     closed = [lv.max_concurrency for lv in twin.levels if lv.max_concurrency]
     every_level_closed = bool(closed) and len(closed) == len(twin.levels)
     if limit == "running_cap":
@@ -110,8 +115,7 @@ def lifted_value(twin: Twin, limit: str, ceiling: int | None = None) -> int | No
             continue
         together = level.max_concurrency or len(rows)
         if limit == "batch_tokens":
-            longest = sorted((r.prompt_tokens for r in rows), reverse=True)[:together]
-            most = max(most, sum(longest) + together)
+            most = max(most, max(r.prompt_tokens for r in rows) + together)
         else:
             held = sorted((r.prompt_tokens + r.output_tokens for r in rows), reverse=True)
             most = max(most, sum(held[:together]))
@@ -127,9 +131,9 @@ def lift_limits(
     ceilings: Mapping[str, int] | None = None,
 ) -> list[Lift]:
     """Every set limit lifted on its own, no further than its ceiling (what the machine
-    allows, where known), the most binding first. A limit already past what the run could
-    use is skipped, except the cache: it is replayed with no limit, so that a roomy cache
-    is shown not to bind rather than left unsaid."""
+    allows, where known), the most binding first. A cap already past what the run could
+    use is skipped; a roomy cache is replayed with no limit and a roomy budget as it is, so
+    that each is shown not to bind rather than left unsaid."""
     names = limits or ("running_cap", "kv_capacity_tokens", "batch_tokens")
     lifts = []
     for name in names:
@@ -141,9 +145,11 @@ def lift_limits(
             continue
         lifted = lifted_value(twin, name, ceiling)
         if lifted is not None and lifted <= value:
-            if name != "kv_capacity_tokens":
+            if name == "running_cap":
                 continue
-            lifted = None
+            # a roomy cache is replayed with no limit; a roomy budget already takes the
+            # longest prompt whole, and past that only memory the run never showed
+            lifted = None if name == "kv_capacity_tokens" else value
         lifts.append(_lift(twin, objective, name, value, lifted))
     return sorted(lifts, key=lambda lift: -lift.score)
 
@@ -181,7 +187,8 @@ def _latency_metric(twin: Twin, objective: Objective) -> str:
 
 def objective_misses(twin: Twin, objective: Objective) -> list[str]:
     """The objective's metrics the replay does not reproduce (off by more than REPRODUCED)
-    where they are read."""
+    where they are read, and the heaviest level's running requests where the engine
+    reported its own."""
     streamed = twin.streamed.get(objective.worst_level, True)
     knee = objective.knee_level if objective.knee_level is not None else objective.worst_level
     read = ((objective.worst_level, _TTFT if streamed else _E2E), (knee, _THROUGHPUT))
@@ -191,15 +198,31 @@ def objective_misses(twin: Twin, objective: Objective) -> list[str]:
         if miss is not None and abs(math.expm1(miss)) > REPRODUCED:
             load = next((lv.load for lv in twin.result.levels if lv.level == level), level)
             out.append(f"{metric_name(metric)} at {load} off by {math.expm1(miss):+.0%}")
+    worst = next((lv for lv in twin.result.levels if lv.level == objective.worst_level), None)
+    if worst is not None and worst.engine_running_mean and worst.decode_batch_replayed:
+        # the engine's own count of running requests: a replay that decodes more of them
+        # at once than the engine ran at all (prefilling ones included) lands on the run's
+        # throughput with its limits acting where the engine's did not. One-sided: the
+        # engine's count also holds requests in prefill, which a decode batch does not.
+        off = worst.decode_batch_replayed / worst.engine_running_mean - 1
+        if off > REPRODUCED:
+            out.append(
+                f"running requests at {worst.load} {worst.decode_batch_replayed:.3g} where the "
+                f"engine reported {worst.engine_running_mean:.3g} ({off:+.0%})"
+            )
     return out
 
 
 def _move(twin: Twin, forecast: Forecast) -> tuple[float, float]:
-    """The log gain the draws agree on (0 where they straddle no change), and the replay's
-    own |log miss| of that metric at that level."""
+    """The log gain the fit's draws agree on (0 where they straddle no change), and the
+    replay's own |log miss| of that metric at that level. Where the lift reaches past the
+    run, the draws are those of the readings' middle: what the run cannot show widens the
+    interval stated, and the finding says it is extrapolated, but it is not noise."""
     assert forecast.factor is not None and forecast.low is not None and forecast.high is not None
     lower = forecast.metric in _LOWER_IS_BETTER
-    worst_case = 1 / forecast.high if lower else forecast.low
+    low = forecast.fit_low if forecast.fit_low is not None else forecast.low
+    high = forecast.fit_high if forecast.fit_high is not None else forecast.high
+    worst_case = 1 / high if lower else low
     gain = 1 / forecast.factor if lower else forecast.factor
     agreed = math.log(gain) if worst_case > 1 and gain > 1 else 0.0
     return agreed, _miss(twin, forecast.level, forecast.metric)

@@ -11,6 +11,7 @@ from servelab.core.units import MS_PER_S
 from servelab.sim.stepcost import LinearStepCost, StepCost
 from servelab.twin.compare import replayed_batch, replayed_metrics, replayed_window
 from servelab.twin.fit import FittedCost
+from servelab.twin.padding import KvPadding
 from servelab.twin.records import LevelLoad
 from servelab.twin.replay import EngineLimits, LevelReplay, ReplayRequest, replay_level
 from servelab.twin.result import TwinResult
@@ -160,6 +161,9 @@ class Twin:
     samples: StepSamples | None = None
     """The gaps the cost was fitted to, where it was fitted to gaps (a joint refit pools
     them with other runs' gaps: `servelab.twin.joint`)."""
+    kv_padding: KvPadding | None = None
+    """Where the engine reads its KV padded to the cache's size (`servelab.twin.padding`):
+    a change of the cache then changes every step, by what the run cannot show."""
     seen: tuple[int, int] | None = None
     """The most prompt tokens one step prefilled and the most requests one step decoded
     over every run the cost was fitted on, where that is more than this run's own."""

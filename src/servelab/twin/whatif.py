@@ -9,32 +9,42 @@ Where the new limits make steps the run never had, the fit is a line carried pas
 last point, and the run cannot say how the step grows there. Two readings of the cost
 agree with the run on every step it had and part only beyond it, one at each extreme:
 
-- steps that prefill more prompt tokens than any step of the run: a prefilling step that
-  costs as at the run's mean chunk whatever it holds, against one whose cost beyond a
-  decode step (the least-loaded level's measured TPOT) grows in proportion to its prompt
-  tokens;
+- steps that prefill more prompt tokens than any step of the run: one that costs no more
+  than the run's largest prefilling step, against one whose tokens past it cost what a
+  step of only that many prompt tokens costs, per token (no gain from a larger chunk: the
+  engine could always prefill them in the chunks the run shows it prefilling);
 - steps that decode more requests than any step of the run: a step that costs no more
   than at the largest batch the run held, against one that grows in proportion to its
   requests past it (no gain from batching).
 
-Neither extreme is favoured: the predicted ratio is their geometric middle, the interval
-spans the fit's and both readings' draws, and the forecast says "extrapolated" and why.
+And where no gap of the run held a prefill (every request ran alone), the run cannot tell
+a prompt's prefill from the time before it reaches the scheduler: both end the TTFT of a
+request that waits for nothing. The fit puts it all in the request overhead, which other
+requests never wait for; the other reading puts it all in the prefilling step, which they
+do wait for once requests share steps.
+
+Neither extreme is favoured: the predicted ratio is the geometric middle of every
+combination of the readings, the interval spans the fit's and every combination's draws,
+and the forecast says "extrapolated" and why.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from servelab.sim.stepcost import LinearStepCost
+from servelab.core.units import MS_PER_S
+from servelab.sim.stepcost import LinearStepCost, StepCost
 from servelab.twin.compare import load_label
 from servelab.twin.fit import INTERVAL
 from servelab.twin.metrics import METRICS
 from servelab.twin.model import SLO_MISSES, Reading, ReplayedLevel, Twin
 from servelab.twin.replay import EngineLimits
+from servelab.twin.steps import TERMS
 
 __all__ = ["LIMIT_NAMES", "Forecast", "WhatIf", "launch_saved", "what_if", "what_if_step"]
 
@@ -56,6 +66,10 @@ class Forecast:
     """New / old, from the replays."""
     low: float | None
     high: float | None
+    fit_low: float | None = None
+    fit_high: float | None = None
+    """The point's own interval over the fit's draws, without the spread of the readings
+    where the new limits reach past the run: whether the fit is sure of the direction."""
 
 
 @dataclass(frozen=True)
@@ -107,21 +121,25 @@ def what_if(
         )
     after = twin.replay(new_limits)
     fit: list[Pair] = [(before, after)]
+    doubts = _doubts(twin, before, after)
+    padded = _padding_doubt(twin, new_limits)
+    if padded is not None:
+        doubts.append(padded)
+    extrapolated = [doubt.why for doubt in doubts]
     extremes: list[Pair] = []
-    extrapolated = []
-    for why, readings, agrees in _other_readings(twin, before, after):
-        extrapolated.append(why)
-        extremes += [
-            (before if agrees else twin.replay(reading=reading), twin.replay(new_limits, reading))
-            for reading in readings
-        ]
+    for ends in itertools.product(*(doubt.ends for doubt in doubts)) if doubts else ():
+        read, variant = _combined(twin, ends)
+        agrees = all(end.moved_ms_per_token == 0 for end in ends)
+        extremes.append(
+            (before if agrees else variant.replay(reading=read), variant.replay(new_limits, read))
+        )
     forecasts = [
         _forecast(twin, level, metric, fit, extremes)
         for level in sorted(after)
         for metric in metrics
     ]
     notes = []
-    if "kv_capacity_tokens" in changes:
+    if "kv_capacity_tokens" in changes and padded is None:
         notes.append(
             "a cache of another size can change the step itself (the attention kernels "
             "address a larger pool); one run cannot show that"
@@ -145,7 +163,7 @@ def _forecast(
     """The metric's new / old: at the fit, or where the new limits reach past the run, the
     geometric middle of the extreme readings (the fit lies between them); the interval
     spans every reading's draws."""
-    points, lows, highs = [], [], []
+    points, lows, highs, by_draw = [], [], [], []
     for before, after in [*fit, *extremes]:
         old, new = before.get(level), after.get(level)
         if old is None or new is None:
@@ -153,16 +171,17 @@ def _forecast(
         point = _ratio(old.metrics.get(metric), new.metrics.get(metric))
         if point is None:
             return None
-        ratios = [
-            r
-            for a, b in zip(old.draws, new.draws, strict=True)
-            if (r := _ratio(a.get(metric), b.get(metric))) is not None
+        each = [
+            _ratio(a.get(metric), b.get(metric)) for a, b in zip(old.draws, new.draws, strict=True)
         ]
+        ratios = [r for r in each if r is not None]
         points.append(point)
+        by_draw.append(each)
         lows.append(min(float(np.percentile(ratios, INTERVAL[0])), point) if ratios else point)
         highs.append(max(float(np.percentile(ratios, INTERVAL[1])), point) if ratios else point)
-    middle = points[len(fit) :] or points
-    factor = math.exp(sum(math.log(p) for p in middle) / len(middle))
+    start = len(fit) if len(points) > len(fit) else 0
+    factor = math.exp(sum(math.log(p) for p in points[start:]) / len(points[start:]))
+    fit_low, fit_high = _middle_interval(by_draw[start:], factor)
     summary = next((lv for lv in twin.levels if lv.level == level), None)
     measured = getattr(summary, metric, None) if summary is not None else None
     fallback = [*fit, *extremes][0][1][level].metrics.get(metric)
@@ -175,7 +194,26 @@ def _forecast(
         factor=factor,
         low=min(lows),
         high=max(highs),
+        fit_low=fit_low,
+        fit_high=fit_high,
     )
+
+
+def _middle_interval(
+    by_draw: Sequence[Sequence[float | None]], factor: float
+) -> tuple[float, float]:
+    """The geometric middle of the readings at each of the fit's draws (the readings share
+    their draws), and its INTERVAL: how sure the fit alone is of the point, apart from what
+    the readings leave open."""
+    middles = [
+        math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        for ratios in zip(*by_draw, strict=True)
+        if all(r is not None for r in ratios)
+    ]
+    if not middles:
+        return factor, factor
+    low, high = np.percentile(middles, INTERVAL)
+    return min(float(low), factor), max(float(high), factor)
 
 
 def what_if_step(
@@ -232,6 +270,8 @@ def _unchanged(
         factor=1.0,
         low=1.0,
         high=1.0,
+        fit_low=1.0,
+        fit_high=1.0,
     )
 
 
@@ -241,92 +281,162 @@ def _ratio(old: float | None, new: float | None) -> float | None:
     return new / old
 
 
-def _other_readings(
+@dataclass(frozen=True, slots=True)
+class _End:
+    """One extreme of what the run cannot show: a shape for steps past the run's, or the
+    request overhead moved into the prefilling step at so many ms per prompt token."""
+
+    past: Callable[[StepCost], StepCost] | None = None
+    moved_ms_per_token: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Doubt:
+    """Something the run cannot show that the new limits depend on, and its two ends."""
+
+    why: str
+    ends: tuple[_End, _End]
+
+
+def _doubts(
     twin: Twin, before: Mapping[int, ReplayedLevel], after: Mapping[int, ReplayedLevel]
-) -> list[tuple[str, list[Reading], bool]]:
-    """For each way the new limits reach past the run, the two readings of the cost that
-    agree with it on every step it had and part beyond them, and whether they replay the
-    run's own limits exactly as the fit does (then that replay is not made again)."""
-    out: list[tuple[str, list[Reading], bool]] = []
+) -> list[_Doubt]:
+    """Each way the new limits reach past what the run shows, with the two readings of the
+    cost that agree with it on every step it had and part beyond them."""
+    out: list[_Doubt] = []
     seen_prefill, seen_batch = twin.seen or (0, 0)
     run_prefill = max(max((lv.most_prefill for lv in before.values()), default=0), seen_prefill)
     new_prefill = max((lv.most_prefill for lv in after.values()), default=0)
-    steps = sum(lv.prefill_steps for lv in before.values())
-    if new_prefill > run_prefill > 0 and steps:
-        chunk = sum(lv.prefill_tokens for lv in before.values()) / steps
-        decode_ms = _decode_step_ms(twin, before)
-        measured = (
-            f"from a decode step of what the least-loaded level measured ({decode_ms:.3g} ms)"
-            if decode_ms is not None
-            else "from the fit's decode step"
-        )
+    if new_prefill > run_prefill > 0:
         out.append(
-            (
+            _Doubt(
                 f"steps would prefill up to {new_prefill:,} prompt tokens, where the fitted steps "
                 f"prefilled at most {run_prefill:,}: how a step's cost grows with its prompt "
-                "tokens past that is not in the run, so the interval spans a prefilling step "
-                f"that costs as at the run's mean chunk ({chunk:,.0f} tokens) and one whose "
-                f"cost grows in proportion to its prompt tokens {measured}",
-                [_per_step(chunk), _per_token(chunk, decode_ms)],
-                False,
+                "tokens past that is not in the run, so the interval spans a step that costs no "
+                f"more than at {run_prefill:,} and one whose tokens past it cost, each, what a "
+                f"step of {run_prefill:,} prompt tokens alone costs per token",
+                (
+                    _End(past=_past_prefill(run_prefill, proportional=False)),
+                    _End(past=_past_prefill(run_prefill, proportional=True)),
+                ),
             )
         )
     run_batch = max(max((lv.most_decoding for lv in before.values()), default=0), seen_batch)
     new_batch = max((lv.most_decoding for lv in after.values()), default=0)
     if new_batch > run_batch > 0:
         out.append(
-            (
+            _Doubt(
                 f"steps would decode up to {new_batch} requests, where the fitted steps decoded at "
                 f"most {run_batch}: past that, the interval spans a step that costs no more "
                 f"than at {run_batch} and one that grows in proportion to its requests",
-                [
-                    _past_batch(run_batch, proportional=False),
-                    _past_batch(run_batch, proportional=True),
-                ],
-                True,
+                (
+                    _End(past=_past_batch(run_batch, proportional=False)),
+                    _End(past=_past_batch(run_batch, proportional=True)),
+                ),
+            )
+        )
+    moved = _unseen_prefill_ms_per_token(twin, before)
+    if moved is not None and any(lv.most_decoding > 1 for lv in after.values()):
+        out.append(
+            _Doubt(
+                "no gap of the run held a prefill, so its prompts' prefill cannot be told from "
+                f"the request overhead ({twin.overhead_s * MS_PER_S:.3g} ms) that ends each "
+                "lone request's TTFT: the interval spans that time spent before the scheduler, "
+                f"as fitted, and spent in the prefilling step ({moved * 1e3:.3g} us per prompt "
+                "token), where the requests sharing the step wait for it",
+                (_End(), _End(moved_ms_per_token=moved)),
             )
         )
     return out
 
 
-def _decode_step_ms(twin: Twin, before: Mapping[int, ReplayedLevel]) -> float | None:
-    """The least-loaded level's measured median TPOT, where its tokens streamed."""
+def _padding_doubt(twin: Twin, new_limits: EngineLimits) -> _Doubt | None:
+    """Where the engine reads its KV padded to the cache's size and the new limits change
+    the cache, every step reads other positions; the two readings bound what they cost."""
+    padding = twin.kv_padding
+    if padding is None or new_limits.kv_capacity_tokens == padding.pool:
+        return None
+    new = new_limits.kv_capacity_tokens
+    reads = padding.positions(padding.pool, padding.pool)
+    now = padding.positions(padding.pool, new)
+    if reads == now:
+        return None
+    return _Doubt(
+        f"the engine reads its KV padded to the cache (up to {padding.interval:,} tokens at "
+        f"a time): with a cache of {'no limit' if new is None else f'{new:,}'} tokens a "
+        f"step that read {reads:,} positions reads up to {now:,}, at a cost the run, with "
+        "one cache, does not show; the interval spans the model's memory traffic for the "
+        f"positions ({padding.least_ms_per_position * 1e3:.3g} us each) and a step in "
+        "proportion to the positions it reads",
+        (_End(past=padding.reading(most=False)), _End(past=padding.reading(most=True))),
+    )
+
+
+def _combined(twin: Twin, ends: Sequence[_End]) -> tuple[Reading, Twin]:
+    """One combination of the readings' ends, as one reading of the cost, and the twin it
+    applies to (without the request overhead where an end moved it into the prefill)."""
+    moved = sum(end.moved_ms_per_token for end in ends)
+    shapes = [end.past for end in ends if end.past is not None]
+
+    def read(cost: LinearStepCost) -> StepCost:
+        out: StepCost = (
+            replace(cost, per_prefill_token_ms=cost.per_prefill_token_ms + moved) if moved else cost
+        )
+        for shape in shapes:
+            out = shape(out)
+        return out
+
+    if not moved:
+        return read, twin
+    none = [0.0] * len(twin.overhead_draws_s)
+    return read, replace(twin, overhead_s=0.0, overhead_draws_s=none, _memo={})
+
+
+def _unseen_prefill_ms_per_token(twin: Twin, before: Mapping[int, ReplayedLevel]) -> float | None:
+    """The request overhead per prompt token of the least-loaded level, where the fit saw
+    no prefill in any gap and has an overhead to move; None where the run shows prefill."""
+    samples = twin.samples
+    if samples is None or twin.overhead_s <= 0 or samples.size == 0:
+        return None
+    if np.any(samples.regressors[:, TERMS.index("per_prefill_token")] > 0):
+        return None
     present = [lv for lv in twin.levels if lv.level in before]
     if not present:
         return None
     lowest = min(present, key=lambda lv: (lv.concurrency or math.inf, lv.level))
-    tpot = lowest.median_tpot_ms
-    return tpot if tpot and tpot > 0 else None
+    prompts = [r.prompt_tokens for r in twin.per_level.get(lowest.level, []) if r.prompt_tokens]
+    if not prompts:
+        return None
+    return twin.overhead_s * MS_PER_S / (sum(prompts) / len(prompts))
 
 
-def _per_token(chunk: float, decode_ms: float | None) -> Reading:
-    """A prefilling step's cost beyond a decode step, per prompt token; equal to the fit at
-    the run's mean chunk."""
+@dataclass(frozen=True, slots=True)
+class _PastPrefill:
+    """The cost up to `tokens` prompt tokens a step; past it, a step costs as at `tokens`
+    (flat) or that plus, per token past it, what a step of only `tokens` prompt tokens
+    costs per token (proportional: no gain from a larger chunk)."""
 
-    def read(cost: LinearStepCost) -> LinearStepCost:
-        base = cost.base_ms
-        if decode_ms is not None:
-            base = min(base, max(decode_ms - cost.per_seq_ms, 0.0))
-        moved = cost.base_ms - base + cost.prefill_step_ms
-        return replace(
-            cost,
-            base_ms=base,
-            per_prefill_token_ms=cost.per_prefill_token_ms + moved / chunk,
-            prefill_step_ms=0.0,
-        )
+    inner: StepCost
+    tokens: int
+    proportional: bool
 
-    return read
+    @property
+    def kv_capacity_tokens(self) -> int | None:
+        return self.inner.kv_capacity_tokens
+
+    def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
+        if prefill_tokens <= self.tokens:
+            return self.inner.step_s(decode_batch, decode_context_tokens, prefill_tokens)
+        at_edge = self.inner.step_s(decode_batch, decode_context_tokens, self.tokens)
+        if not self.proportional:
+            return at_edge
+        per_token = self.inner.step_s(0, 0, self.tokens) / self.tokens
+        return at_edge + (prefill_tokens - self.tokens) * per_token
 
 
-def _per_step(chunk: float) -> Reading:
-    """A prefilling step costs as at the run's mean chunk, whatever it prefills."""
-
-    def read(cost: LinearStepCost) -> LinearStepCost:
-        return replace(
-            cost,
-            per_prefill_token_ms=0.0,
-            prefill_step_ms=cost.prefill_step_ms + cost.per_prefill_token_ms * chunk,
-        )
+def _past_prefill(tokens: int, *, proportional: bool) -> Callable[[StepCost], StepCost]:
+    def read(cost: StepCost) -> _PastPrefill:
+        return _PastPrefill(cost, tokens, proportional)
 
     return read
 
@@ -337,7 +447,7 @@ class _PastBatch:
     (flat) or that times the requests over `batch` (proportional: no gain from batching
     past what the run held), its prefill priced as at `batch` either way."""
 
-    inner: LinearStepCost
+    inner: StepCost
     batch: int
     proportional: bool
 
@@ -356,8 +466,8 @@ class _PastBatch:
         return at_edge * decode_batch / self.batch + (whole - at_edge)
 
 
-def _past_batch(batch: int, *, proportional: bool) -> Reading:
-    def read(cost: LinearStepCost) -> _PastBatch:
+def _past_batch(batch: int, *, proportional: bool) -> Callable[[StepCost], StepCost]:
+    def read(cost: StepCost) -> _PastBatch:
         return _PastBatch(cost, batch, proportional)
 
     return read
