@@ -53,7 +53,8 @@
 #             are tarred to $OUT/planted-CASE.tgz, to be kept in the repository and read by
 #             benchmarks/diagnose_accuracy.py and benchmarks/twin_fidelity.py.
 #   pairs     planted limits at shapes the kept pairs do not have (1,024 in / 96 out at
-#             concurrency 1, 8, 32, 10 s levels): PAIRS (default "kv2 batch2") each swept by
+#             concurrency 1, 8, 32, 10 s levels; kv3, batch3 and graphs3 at the shapes in
+#             PAIR_SHAPES): PAIRS (default "kv2 batch2") each swept by
 #             `servelab run`, diagnosed, then swept again with the first engine action of
 #             its first finding applied (read from its diagnosis.json, so the value is the
 #             one diagnose asked for) and `--applies` naming the finding; both diagnosed
@@ -262,13 +263,25 @@ if [[ " $PARTS " == *" pairs "* ]]; then
         [kv2]="cuda_graphs: true, mem_fraction: 0.006"
         [batch2]="cuda_graphs: true, max_batch_tokens: 256"
         [graphs2]="cuda_graphs: false"
+        [kv3]="cuda_graphs: true, mem_fraction: 0.01"
+        [batch3]="cuda_graphs: true, max_batch_tokens: 512"
+        [graphs3]="cuda_graphs: false"
+        [kv4]="cuda_graphs: true, kv_cache_tokens: 20480"
+    )
+    # input, output and concurrency per case; the *3 and *4 cases were chosen before they ran
+    declare -A PAIR_SHAPES=(
+        [kv3]="512 192 1,4,24"
+        [batch3]="2048 48 1,12,40"
+        [graphs3]="256 256 1,4,16"
+        [kv4]="3072 128 1,4,12"
     )
     sweep_pair() {  # sweep_pair NAME KNOBS [APPLIES]: one sweep of h200-ref, diagnosed
-        local name=$1 knobs=$2 applies=${3:-}
+        local name=$1 knobs=$2 applies=${3:-} input output levels
+        read -r input output levels <<< "${PAIR_SHAPES[${name%-applied}]:-1024 96 ${CONCURRENCY:-1,8,32}}"
         printf 'engine: embedded\nmodel: h200-ref\nknobs: {%s}\n' "$knobs" > "/tmp/pair-$name.yaml"
         timed "pair-$name" timeout -s INT "${RUN_LIMIT_S:-200}" python3 -m servelab run \
-            --engine "/tmp/pair-$name.yaml" --concurrency "${CONCURRENCY:-1,8,32}" \
-            --duration "${LEVEL_DURATION:-10s}" --input-len 1024 --output-len 96 --gpus 0 \
+            --engine "/tmp/pair-$name.yaml" --concurrency "$levels" \
+            --duration "${LEVEL_DURATION:-10s}" --input-len "$input" --output-len "$output" --gpus 0 \
             ${applies:+--applies "$applies"} --out "$LOGS/pairs/$name"
         cp "/tmp/pair-$name.yaml" "$LOGS/pairs/$name/spec.yaml"
         COLUMNS=160 python3 -m servelab diagnose "$LOGS/pairs/$name" \
