@@ -11,10 +11,11 @@ from dataclasses import replace
 import pytest
 
 from servelab.sim.policy import EXACT_RESERVE
+from servelab.sim.stepcost import LinearStepCost
 from servelab.twin import EngineLimits, TwinInputs, fit_twin
 from servelab.twin.lifting import Objective, lift_limits
 from servelab.twin.model import SLO_MISSES
-from servelab.twin.whatif import launch_saved, what_if, what_if_step
+from servelab.twin.whatif import launch_saved, launch_saved_with_batch, what_if, what_if_step
 from tests.twin.planted import measured_run
 
 CONCURRENCIES = (1, 4, 16)
@@ -158,3 +159,22 @@ def test_a_small_cache_is_lifted_to_what_flies_at_once_and_no_further_than_the_m
     assert [lift.lifted for lift in capped if lift.limit == "kv_capacity_tokens"] == [4000]
     none_left = lift_limits(twin, objective, ceilings={"kv_capacity_tokens": 1024})
     assert all(lift.limit != "kv_capacity_tokens" for lift in none_left)
+
+
+def test_graphs_that_also_take_the_per_request_launches_leave_the_batch_only_its_gpu_work():
+    """The far end of CUDA graphs: what each request adds to a step beyond the model's GPU
+    work for it was launches, and goes with them. A lone step is the per-step saving's;
+    a batched one is that step plus the GPU work the floor says the batch adds."""
+
+    def floor(batch: int, context: int, prefill: int) -> float:
+        return (0.5 + 0.01 * batch) / 1e3
+
+    eager = LinearStepCost(base_ms=20.0, per_seq_ms=3.0)
+    graphed = launch_saved_with_batch(12.0, floor)(eager)
+    assert graphed.step_s(1, 100, 0) == pytest.approx((20.0 - 12.0 + 3.0) / 1e3)
+    assert graphed.step_s(16, 1600, 0) == pytest.approx((20.0 - 12.0 + 3.0 + 0.15) / 1e3)
+    per_step_only = launch_saved(12.0)(eager)
+    assert per_step_only.step_s(16, 1600, 0) == pytest.approx((8.0 + 48.0) / 1e3)
+    # never slower than the per-step saving alone
+    cheap = LinearStepCost(base_ms=20.0, per_seq_ms=0.0)
+    assert launch_saved_with_batch(12.0, floor)(cheap).step_s(16, 0, 0) == pytest.approx(8e-3)

@@ -33,7 +33,14 @@ from servelab.twin.lifting import (
     metric_name,
     objective_misses,
 )
-from servelab.twin.whatif import Forecast, WhatIf, launch_saved, what_if, what_if_step
+from servelab.twin.whatif import (
+    Forecast,
+    WhatIf,
+    launch_saved,
+    launch_saved_with_batch,
+    what_if,
+    what_if_step,
+)
 
 __all__ = ["LIMIT_KINDS", "expected_gains", "machine_ceilings", "rank_by_replay"]
 
@@ -111,12 +118,20 @@ def _with_graph_gains(finding: Finding, twin: Twin, objective: Objective) -> Fin
     tpot = level.median_tpot_ms if level is not None else None
     if not tpot:
         return finding
-    ends = [launch_saved(tpot - tpot / factor) for factor in (gain.low, gain.high)]
+    least, most = (tpot - tpot / factor for factor in (gain.low, gain.high))
+    ends = [launch_saved(least), launch_saved(most)]
     why = (
-        f"CUDA graphs replayed: a step saves {tpot - tpot / gain.low:.3g}-"
-        f"{tpot - tpot / gain.high:.3g} ms of its fitted per-step cost (the rule's ends at "
-        f"{gain.at}, from the model's launch and kernel floors); the interval spans both ends"
+        f"CUDA graphs replayed: a step saves {least:.3g}-{most:.3g} ms of its fitted "
+        f"per-step cost (the rule's ends at {gain.at}, from the model's launch and kernel "
+        "floors)"
     )
+    if twin.floor is not None:
+        ends[1] = launch_saved_with_batch(most, twin.floor)
+        why += (
+            "; at the far end the graph also takes what each request adds to a step beyond "
+            "the model's GPU work for it (launches and host work per request)"
+        )
+    why += "; the interval spans both ends"
     whatif = what_if_step(twin, ends, why, metrics=_STATED)
     added = [
         _gain(f, whatif, None)

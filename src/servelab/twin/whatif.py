@@ -42,11 +42,19 @@ from servelab.sim.stepcost import LinearStepCost, StepCost
 from servelab.twin.compare import load_label
 from servelab.twin.fit import INTERVAL
 from servelab.twin.metrics import METRICS
-from servelab.twin.model import SLO_MISSES, Reading, ReplayedLevel, Twin
+from servelab.twin.model import SLO_MISSES, Reading, ReplayedLevel, StepFloor, Twin
 from servelab.twin.replay import EngineLimits
 from servelab.twin.steps import TERMS
 
-__all__ = ["LIMIT_NAMES", "Forecast", "WhatIf", "launch_saved", "what_if", "what_if_step"]
+__all__ = [
+    "LIMIT_NAMES",
+    "Forecast",
+    "WhatIf",
+    "launch_saved",
+    "launch_saved_with_batch",
+    "what_if",
+    "what_if_step",
+]
 
 LIMIT_NAMES = ("running_cap", "kv_capacity_tokens", "batch_tokens")
 """The limits a replay can change (`servelab.twin.replay.EngineLimits`)."""
@@ -246,6 +254,39 @@ def launch_saved(saved_ms: float) -> Reading:
         return replace(cost, base_ms=max(cost.base_ms - saved_ms, 0.0))
 
     return read
+
+
+def launch_saved_with_batch(saved_ms: float, floor: StepFloor) -> Reading:
+    """The other end of a step launched as one graph: the per-step saving, and with it
+    every cost a request adds to the step beyond what the model says its GPU work adds
+    (launches and host work per request, which a graph replay also takes away). A batched
+    step then costs the graphed step of one request plus the model's GPU work for the rest
+    of the batch, and never more than the fitted step less the per-step saving."""
+
+    def read(cost: LinearStepCost) -> StepCost:
+        return _GraphedBatch(launch_saved(saved_ms)(cost), floor)
+
+    return read
+
+
+@dataclass(frozen=True, slots=True)
+class _GraphedBatch:
+    inner: StepCost
+    floor: StepFloor
+
+    @property
+    def kv_capacity_tokens(self) -> int | None:
+        return self.inner.kv_capacity_tokens
+
+    def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
+        fitted = self.inner.step_s(decode_batch, decode_context_tokens, prefill_tokens)
+        if decode_batch <= 1:
+            return fitted
+        each = round(decode_context_tokens / decode_batch)
+        alone = self.inner.step_s(1, each, prefill_tokens)
+        work = self.floor(decode_batch, decode_context_tokens, prefill_tokens)
+        growth = max(work - self.floor(1, each, prefill_tokens), 0.0)
+        return min(fitted, alone + growth)
 
 
 def _same(before: Mapping[int, ReplayedLevel], after: Mapping[int, ReplayedLevel]) -> bool:
