@@ -24,6 +24,7 @@ __all__ = [
     "StepCost",
     "StepCostFactory",
     "StepSettings",
+    "WrappedStepCost",
     "linear_step_cost",
 ]
 
@@ -73,19 +74,26 @@ class LinearStepCost:
 
 
 @dataclass(frozen=True, slots=True)
-class ScaledStepCost:
+class WrappedStepCost:
+    """Another StepCost's steps, changed by a subclass's `step_s`, with its cache: the
+    shapes the twin reads a fitted cost in, and the simulator's time scale."""
+
+    inner: StepCost
+
+    @property
+    def kv_capacity_tokens(self) -> int | None:
+        return self.inner.kv_capacity_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class ScaledStepCost(WrappedStepCost):
     """Another StepCost run `time_scale` times faster: the same batches, shorter steps.
 
     For quick what-ifs: every duration is divided by the scale, so throughputs grow by it
     and their ratios between load levels do not change.
     """
 
-    inner: StepCost
     time_scale: float = 1.0
-
-    @property
-    def kv_capacity_tokens(self) -> int | None:
-        return self.inner.kv_capacity_tokens
 
     def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
         return self.inner.step_s(decode_batch, decode_context_tokens, prefill_tokens) / (

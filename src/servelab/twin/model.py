@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from servelab.bench.results import LevelSummary
 from servelab.core.units import MS_PER_S
-from servelab.sim.stepcost import LinearStepCost, StepCost
+from servelab.sim.stepcost import LinearStepCost, StepCost, WrappedStepCost
 from servelab.twin.compare import replayed_batch, replayed_metrics, replayed_window
 from servelab.twin.fit import FittedCost
 from servelab.twin.padding import KvPadding
@@ -106,16 +106,11 @@ def slo_miss_share(
 
 
 @dataclass(frozen=True, slots=True)
-class _Floored:
+class _Floored(WrappedStepCost):
     """A step cost never below the hardware's own work: a line fitted where steps were
     launch-bound says nothing of a step that computes a thousand times more."""
 
-    inner: StepCost
     floor: StepFloor
-
-    @property
-    def kv_capacity_tokens(self) -> int | None:
-        return self.inner.kv_capacity_tokens
 
     def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
         fitted = self.inner.step_s(decode_batch, decode_context_tokens, prefill_tokens)

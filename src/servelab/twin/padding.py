@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 
 from servelab.model.configs import ModelConfig
-from servelab.sim.stepcost import StepCost
+from servelab.sim.stepcost import StepCost, WrappedStepCost
 
 __all__ = [
     "KV_PADDING_INTERVAL",
@@ -89,14 +89,9 @@ class PaddedReading:
 
 
 @dataclass(frozen=True, slots=True)
-class PaddedStep:
-    inner: StepCost
+class PaddedStep(WrappedStepCost):
     padding: KvPadding
     most: bool
-
-    @property
-    def kv_capacity_tokens(self) -> int | None:
-        return self.inner.kv_capacity_tokens
 
     def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
         fitted = self.inner.step_s(decode_batch, decode_context_tokens, prefill_tokens)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from servelab.core.units import MS_PER_S
-from servelab.sim.stepcost import LinearStepCost, StepCost
+from servelab.sim.stepcost import LinearStepCost, StepCost, WrappedStepCost
 from servelab.twin.compare import load_label
 from servelab.twin.fit import INTERVAL
 from servelab.twin.metrics import METRICS
@@ -270,13 +270,8 @@ def launch_saved_with_batch(saved_ms: float, floor: StepFloor) -> Reading:
 
 
 @dataclass(frozen=True, slots=True)
-class _GraphedBatch:
-    inner: StepCost
+class _GraphedBatch(WrappedStepCost):
     floor: StepFloor
-
-    @property
-    def kv_capacity_tokens(self) -> int | None:
-        return self.inner.kv_capacity_tokens
 
     def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
         fitted = self.inner.step_s(decode_batch, decode_context_tokens, prefill_tokens)
@@ -452,18 +447,13 @@ def _unseen_prefill_ms_per_token(twin: Twin, before: Mapping[int, ReplayedLevel]
 
 
 @dataclass(frozen=True, slots=True)
-class _PastPrefill:
+class _PastPrefill(WrappedStepCost):
     """The cost up to `tokens` prompt tokens a step; past it, a step costs as at `tokens`
     (flat) or that plus, per token past it, what a step of only `tokens` prompt tokens
     costs per token (proportional: no gain from a larger chunk)."""
 
-    inner: StepCost
     tokens: int
     proportional: bool
-
-    @property
-    def kv_capacity_tokens(self) -> int | None:
-        return self.inner.kv_capacity_tokens
 
     def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
         if prefill_tokens <= self.tokens:
@@ -483,18 +473,13 @@ def _past_prefill(tokens: int, *, proportional: bool) -> Callable[[StepCost], St
 
 
 @dataclass(frozen=True, slots=True)
-class _PastBatch:
+class _PastBatch(WrappedStepCost):
     """The fitted cost up to `batch` decoding requests; past it, a step costs as at `batch`
     (flat) or that times the requests over `batch` (proportional: no gain from batching
     past what the run held), its prefill priced as at `batch` either way."""
 
-    inner: StepCost
     batch: int
     proportional: bool
-
-    @property
-    def kv_capacity_tokens(self) -> int | None:
-        return self.inner.kv_capacity_tokens
 
     def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
         if decode_batch <= self.batch:
