@@ -229,6 +229,17 @@ class _Refuses(FakeVllm):
         return await super().completions(request)
 
 
+def _one_pass(server: _Refuses) -> tuple[QualityPass, QualityClient]:
+    """One pass of three probes through the client against `server`, and the client."""
+    probes = make_probes(3, seed=2)
+
+    async def work(url: str) -> tuple[QualityPass, QualityClient]:
+        async with QualityClient(QualityTarget(base_url=url, model="m", engine="vllm")) as client:
+            return await client.run_pass(probes, name="before"), client
+
+    return _serve(server.app(), work)
+
+
 def _vllm_error(message: str) -> dict[str, Any]:
     return {"object": "error", "message": message, "type": "BadRequestError", "code": 400}
 
@@ -236,13 +247,7 @@ def _vllm_error(message: str) -> dict[str, Any]:
 def test_a_400_that_is_not_about_logprobs_stays_an_http_error() -> None:
     """A context overflow: that probe's http error, and logprobs and teacher forcing stay on."""
     server = _Refuses(_vllm_error("This model's maximum context length is 2048 tokens."))
-    probes = make_probes(3, seed=2)
-
-    async def work(url: str) -> tuple[QualityPass, QualityClient]:
-        async with QualityClient(QualityTarget(base_url=url, model="m", engine="vllm")) as client:
-            return await client.run_pass(probes, name="before"), client
-
-    run, client = _serve(server.app(), work)
+    run, client = _one_pass(server)
     assert client.logprobs_available and client.forced_method == "prompt_logprobs"
     assert run.readings[0].error_kind == "http" and all(r.ok for r in run.readings[1:])
     forced = run.forced[0].readings
@@ -253,13 +258,7 @@ def test_a_400_that_is_not_about_logprobs_stays_an_http_error() -> None:
 
 def test_a_400_naming_prompt_logprobs_turns_teacher_forcing_off_with_the_reason() -> None:
     server = _Refuses(_vllm_error("prompt_logprobs is not supported; nor are logprobs"))
-    probes = make_probes(3, seed=2)
-
-    async def work(url: str) -> tuple[QualityPass, QualityClient]:
-        async with QualityClient(QualityTarget(base_url=url, model="m", engine="vllm")) as client:
-            return await client.run_pass(probes, name="before"), client
-
-    run, client = _serve(server.app(), work)
+    run, client = _one_pass(server)
     assert not client.logprobs_available and client.forced_method is None
     assert "prompt_logprobs is not supported" in (client.logprobs_reason or "")
     assert run.errors == {}

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from servelab.bench.quality.results import (
     QualityComparison,
@@ -142,16 +142,7 @@ def _broken(quality: QualityResult) -> Finding | None:
     if not mine and not broken:
         return None
     tally = Tally()
-    evidence = [
-        Evidence(
-            what=f"quality errors {kind} in pass {run.name}",
-            value=count,
-            unit="answers",
-            source=f"quality.json pass {run.name}",
-        )
-        for run in quality.passes
-        for kind, count in output_faults(run.errors).items()
-    ]
+    evidence = _per_pass(quality, output_faults, "quality errors", "answers")
     reference = quality.reference_run or "the reference run"
     evidence += [
         Evidence(
@@ -260,16 +251,7 @@ def _request_failures(quality: QualityResult) -> Finding | None:
     if not failures:
         return None
     tally = Tally()
-    evidence = [
-        Evidence(
-            what=f"failed probe requests {kind} in pass {run.name}",
-            value=count,
-            unit="requests",
-            source=f"quality.json pass {run.name}",
-        )
-        for run in quality.passes
-        for kind, count in request_failures(run.errors).items()
-    ]
+    evidence = _per_pass(quality, request_failures, "failed probe requests", "requests")
     evidence += [
         Evidence(
             what="probes left out of the comparison",
@@ -474,3 +456,22 @@ def _already_on(setting: str) -> Action:
         "report it to the engine with quality.json's diff, and check the mode's "
         "requirements (GPU, attention backend, tensor-parallel all-reduce)",
     )
+
+
+def _per_pass(
+    quality: QualityResult,
+    counted: Callable[[Mapping[str, int]], dict[str, int]],
+    what: str,
+    unit: str,
+) -> list[Evidence]:
+    """One piece of evidence per pass and kind that `counted` keeps of its errors."""
+    return [
+        Evidence(
+            what=f"{what} {kind} in pass {run.name}",
+            value=count,
+            unit=unit,
+            source=f"quality.json pass {run.name}",
+        )
+        for run in quality.passes
+        for kind, count in counted(run.errors).items()
+    ]
