@@ -10,6 +10,7 @@ import pytest
 from servelab.bench.noise import (
     MIN_BLOCKS,
     level_sample,
+    metric_statistic,
     no_band_reason,
     rate_statistic,
     ratio_band,
@@ -79,3 +80,17 @@ def test_kernel_acceptance_says_no_band_for_one_block():
     assert not decision.keep and not level.passed
     assert level.reason == "no band: one block of 64 requests"
     assert level.band_lo is None and level.band_hi is None
+
+
+def test_a_level_whose_answers_came_whole_has_no_tpot_ratio_and_no_crash():
+    """Answers that arrive in one chunk have a TPOT of 0: a resample of mostly such requests
+    has no ratio, and the band says so instead of dividing by zero."""
+    whole = _records(40, e2e_ms=100.0, seed=1)
+    for row in whole:
+        row["chunk_offsets_ns"] = [row["t_end_ns"] - row["t_send_ns"]] * 2
+    a = level_sample(level_summary(8, 100.0), whole)
+    b = _sample(8, 40, seed=2)
+    assert a is not None
+    band = ratio_band(a, b, metric_statistic("median_tpot_ms"))
+    assert math.isnan(band.ratio) and not band.drawn
+    assert band.why_none == "no band: too few requests with that statistic"

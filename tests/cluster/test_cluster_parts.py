@@ -200,7 +200,7 @@ def _failing_init(failures: list[Exception]) -> tuple[list[str], object]:
     return calls, init
 
 
-def test_a_client_server_that_failed_to_start_is_asked_for_once_more(monkeypatch):
+def test_a_client_server_that_failed_to_start_is_asked_for_again(monkeypatch):
     require_module("ray")
     from servelab.bench.cluster import fleet
 
@@ -211,12 +211,12 @@ def test_a_client_server_that_failed_to_start_is_asked_for_once_more(monkeypatch
     fleet._init("ray://127.0.0.1:1")
     assert calls == ["ray://127.0.0.1:1"] * 2
 
-    calls, init = _failing_init([failed, failed])
+    calls, init = _failing_init([failed] * fleet._JOIN_ATTEMPTS)
     monkeypatch.setattr(fleet.ray, "init", init)
-    with pytest.raises(ClusterError) as twice:
+    with pytest.raises(ClusterError) as every:
         fleet._init("ray://127.0.0.1:1")
-    assert len(calls) == 2 and str(twice.value).startswith(
-        "cannot join the Ray cluster at ray://127.0.0.1:1 (twice): Initialization failure"
+    assert len(calls) == fleet._JOIN_ATTEMPTS == 3 and str(every.value).startswith(
+        "cannot join the Ray cluster at ray://127.0.0.1:1 (3 tries): Initialization failure"
     )
 
 

@@ -269,7 +269,8 @@ def test_cli_sigterm_stops_every_worker_and_keeps_the_run(ray_cluster, start_sim
     bench = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     requests = tmp_path / "run" / "requests.jsonl"
     try:
-        started = wait_until(lambda: requests.exists() and requests.stat().st_size > 0, 90)
+        # A join through Ray Client may take up to three tries, a failed one about 30 s.
+        started = wait_until(lambda: requests.exists() and requests.stat().st_size > 0, 120)
         running = len(set(_workers_running()) - earlier)
         bench.send_signal(signal.SIGTERM)
         _, stderr = bench.communicate(timeout=60)

@@ -165,15 +165,17 @@ def ratio_band(
     call one of two identical runs "outside noise" one time in three. Where either level
     has fewer than MIN_BLOCKS blocks the band is NaN and `why_none` says why.
     """
-    measured = statistic(b, np.arange(b.size)) / statistic(a, np.arange(a.size))
+    measured = _quotient(statistic(b, np.arange(b.size)), statistic(a, np.arange(a.size)))
     why = no_band_reason(a, b)
     if why is not None:
         return Band(ratio=float(measured), lo=_NAN, hi=_NAN, drift=0.0, why_none=why)
     rng = np.random.default_rng(seed)
     ratios = np.array(
         [
-            statistic(b, block_resample(b.size, b.block, rng))
-            / statistic(a, block_resample(a.size, a.block, rng))
+            _quotient(
+                statistic(b, block_resample(b.size, b.block, rng)),
+                statistic(a, block_resample(a.size, a.block, rng)),
+            )
             for _ in range(BOOTSTRAP_RESAMPLES)
         ]
     )
@@ -187,6 +189,12 @@ def ratio_band(
     return Band(
         ratio=float(measured), lo=float(lo) * (1 - drift), hi=float(hi) * (1 + drift), drift=drift
     )
+
+
+def _quotient(numerator: float, denominator: float) -> float:
+    """numerator / denominator, NaN where a resample's statistic is 0 (a level whose TPOTs
+    are mostly 0, as when answers arrive in one chunk): such a draw has no ratio to give."""
+    return numerator / denominator if denominator else _NAN
 
 
 def no_band_reason(*samples: LevelSample) -> str | None:

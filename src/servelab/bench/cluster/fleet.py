@@ -216,23 +216,26 @@ def _join(address: str) -> bool:
 
 
 _SERVER_START_FAILED = "Initialization failure from server"
-"""Ray Client's proxy could not start this client's own server process on the head. Once
-in a CI run it did not, and the next connection to the same proxy did; a second failure
-is reported with both attempts."""
+"""Ray Client's proxy could not start this client's own server process on the head. Ray
+forks that server from one of its gRPC threads with PR_SET_PDEATHSIG, so it is killed
+when that thread ends; its log stays empty and the proxy reports a zombie or a channel it
+never got. The next connection to the same proxy usually starts one."""
+_JOIN_ATTEMPTS = 3
 _JOIN_RETRY_S = 2.0
 
 
 def _init(address: str) -> None:
-    """ray.init, tried once more when Ray Client's proxy failed to start its server."""
-    for attempt in (1, 2):
+    """ray.init, tried again (up to _JOIN_ATTEMPTS in all) when Ray Client's proxy failed to
+    start its server."""
+    for attempt in range(1, _JOIN_ATTEMPTS + 1):
         try:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
             return
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            if attempt == 1 and _SERVER_START_FAILED in str(exc):
+            if attempt < _JOIN_ATTEMPTS and _SERVER_START_FAILED in str(exc):
                 time.sleep(_JOIN_RETRY_S)
                 continue
-            tries = " (twice)" if attempt == 2 else ""
+            tries = f" ({attempt} tries)" if attempt > 1 else ""
             raise ClusterError(
                 f"cannot join the Ray cluster at {address}{tries}: {first_line(exc)}"
             ) from None
