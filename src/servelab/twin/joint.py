@@ -52,7 +52,8 @@ def refit_jointly(
     note = (
         f"refitted on the gaps of {len(fitted)} runs of this engine under other limits "
         f"({samples.size:,} gaps of {cost.requests:,} requests): steps of up to "
-        f"{seen[0]:,} prompt tokens and {seen[1]} decoding requests were seen"
+        f"{seen[0]:,} prompt tokens, {seen[1]} decoding requests and {seen[2]:,} KV tokens "
+        "held were seen"
     )
     fit = target.result.fit.model_copy(
         update={
@@ -66,12 +67,13 @@ def refit_jointly(
     return replace(target, result=result, cost=cost, samples=samples, seen=seen, _memo={})
 
 
-def _seen(twins: Sequence[Twin]) -> tuple[int, int]:
-    """The most prompt tokens in one step and requests decoding in one step, replayed
+def _seen(twins: Sequence[Twin]) -> tuple[int, int, int]:
+    """The most prompt tokens, requests decoding and KV tokens held in one step, replayed
     over each run at its own limits."""
-    prefill, decoding = 0, 0
+    prefill, decoding, held = 0, 0, 0
     for twin in twins:
         for level in twin.replay(with_draws=False).values():
             prefill = max(prefill, level.most_prefill)
             decoding = max(decoding, level.most_decoding)
-    return prefill, decoding
+            held = max(held, level.most_held)
+    return prefill, decoding, held

@@ -132,6 +132,7 @@ class ReplayedLevel:
     prefill_tokens: int
     most_prefill: int
     most_decoding: int
+    most_held: int = 0
 
 
 @dataclass(frozen=True)
@@ -159,9 +160,10 @@ class Twin:
     kv_padding: KvPadding | None = None
     """Where the engine reads its KV padded to the cache's size (`servelab.twin.padding`):
     a change of the cache then changes every step, by what the run cannot show."""
-    seen: tuple[int, int] | None = None
-    """The most prompt tokens one step prefilled and the most requests one step decoded
-    over every run the cost was fitted on, where that is more than this run's own."""
+    seen: tuple[int, int, int] | None = None
+    """The most prompt tokens one step prefilled, requests one step decoded and KV tokens
+    one step held, over every run the cost was fitted on, where that is more than this
+    run's own."""
     _memo: dict[tuple[EngineLimits, int, bool], dict[int, ReplayedLevel]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -223,6 +225,7 @@ class Twin:
                 prefill_tokens=replay.prefill_tokens,
                 most_prefill=replay.most_prefill,
                 most_decoding=replay.most_decoding,
+                most_held=replay.most_held,
             )
         return out
 

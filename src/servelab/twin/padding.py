@@ -22,6 +22,13 @@ positions cost, which the run does not show; two readings bound it:
   row) at the GPU's bandwidth, added per position;
 - the most: the whole fitted step in proportion to the positions read (every cost of the
   step is attention over padded positions: no part of it stays the same).
+
+The same holds where a change lets steps hold more tokens than any step of the run (a
+larger step budget admits more prompts at once): they read positions in 16,384-token
+steps the run never read, and every query of the step, a prefill chunk's included,
+attends to all of them under the mask. The fit prices a held token on a line through the
+run's steps; past the run's largest, the readings are that line, and the step at the
+run's largest in proportion to the positions read (`PastPositions`).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ __all__ = [
     "KV_PADDING_INTERVAL",
     "QUERY_PADDING_INTERVAL",
     "KvPadding",
+    "PastPositions",
     "padded_position_bytes",
 ]
 
@@ -104,3 +112,25 @@ class PaddedStep(WrappedStepCost):
         if self.most:
             return fitted * after / before
         return max(fitted + (after - before) * self.padding.least_ms_per_position / 1e3, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class PastPositions(WrappedStepCost):
+    """The fitted cost up to `held` KV tokens a step (the most a step of the run held);
+    past it, the step at `held` in proportion to the positions read, in the run's pool
+    (`PaddedStep`, outside this one, moves the pool)."""
+
+    padding: KvPadding
+    held: int
+
+    def step_s(self, decode_batch: int, decode_context_tokens: int, prefill_tokens: int) -> float:
+        fitted = self.inner.step_s(decode_batch, decode_context_tokens, prefill_tokens)
+        held = decode_context_tokens + prefill_tokens
+        if held <= self.held:
+            return fitted
+        edge = max(self.held, prefill_tokens)
+        at_edge = self.inner.step_s(decode_batch, edge - prefill_tokens, prefill_tokens)
+        pool = self.padding.pool
+        after = self.padding.positions(held, pool) + QUERY_PADDING_INTERVAL
+        before = self.padding.positions(edge, pool) + QUERY_PADDING_INTERVAL
+        return max(fitted, at_edge * after / before)

@@ -89,6 +89,8 @@ class LevelReplay:
     """The most prompt tokens one step prefilled."""
     most_decoding: int = 0
     """The most requests one step decoded."""
+    most_held: int = 0
+    """The most KV tokens one step held: its decoders' context and the prompt it prefilled."""
 
 
 def replay_level(
@@ -116,7 +118,7 @@ def replay_level(
             request.token_s = []
     clients = _Clients(load, requests, overhead_s)
     now, steps, busy, weighted_batch = 0.0, 0, 0.0, 0.0
-    prefill_steps, prefill_tokens, most_prefill, most_decoding = 0, 0, 0, 0
+    prefill_steps, prefill_tokens, most_prefill, most_decoding, most_held = 0, 0, 0, 0, 0
     held: tuple[float, ...] = (0.0,) * 5
     last_held, last_s = held, 0.0
     while True:
@@ -156,6 +158,7 @@ def replay_level(
             prefill_tokens += prefilled
             most_prefill = max(most_prefill, prefilled)
         most_decoding = max(most_decoding, len(step.decode))
+        most_held = max(most_held, step.decode_context_tokens + prefilled)
         for job, chunk in step.prefill:
             job.owner.prefill_chunks.append((end, chunk))
         steps += 1
@@ -185,6 +188,7 @@ def replay_level(
         prefill_tokens=prefill_tokens,
         most_prefill=most_prefill,
         most_decoding=most_decoding,
+        most_held=most_held,
     )
 
 

@@ -43,6 +43,7 @@ from servelab.twin.compare import load_label
 from servelab.twin.fit import INTERVAL
 from servelab.twin.metrics import METRICS
 from servelab.twin.model import SLO_MISSES, Reading, ReplayedLevel, StepFloor, Twin
+from servelab.twin.padding import PastPositions
 from servelab.twin.replay import EngineLimits
 from servelab.twin.steps import TERMS
 
@@ -340,7 +341,7 @@ def _doubts(
     """Each way the new limits reach past what the run shows, with the two readings of the
     cost that agree with it on every step it had and part beyond them."""
     out: list[_Doubt] = []
-    seen_prefill, seen_batch = twin.seen or (0, 0)
+    seen_prefill, seen_batch, seen_held = twin.seen or (0, 0, 0)
     run_prefill = max(max((lv.most_prefill for lv in before.values()), default=0), seen_prefill)
     new_prefill = max((lv.most_prefill for lv in after.values()), default=0)
     if new_prefill > run_prefill > 0:
@@ -371,6 +372,11 @@ def _doubts(
                 ),
             )
         )
+    run_held = max(max((lv.most_held for lv in before.values()), default=0), seen_held)
+    new_held = max((lv.most_held for lv in after.values()), default=0)
+    positions = _past_positions_doubt(twin, run_held, new_held)
+    if positions is not None:
+        out.append(positions)
     moved = _unseen_prefill_ms_per_token(twin, before)
     if moved is not None and any(lv.most_decoding > 1 for lv in after.values()):
         out.append(
@@ -384,6 +390,30 @@ def _doubts(
             )
         )
     return out
+
+
+def _past_positions_doubt(twin: Twin, run_held: int, new_held: int) -> _Doubt | None:
+    """Where the engine reads its KV padded and the new limits let a step hold more tokens
+    than any step of the run, those steps read positions the run never read: the fit's
+    line through its steps, against the step at the run's largest in proportion."""
+    padding = twin.kv_padding
+    if padding is None or run_held <= 0:
+        return None
+    reads = padding.positions(run_held, padding.pool)
+    now = padding.positions(new_held, padding.pool)
+    if now <= reads:
+        return None
+
+    def most(cost: StepCost) -> StepCost:
+        return PastPositions(cost, padding, run_held)
+
+    return _Doubt(
+        f"steps would hold up to {new_held:,} KV tokens and read {now:,} padded positions, "
+        f"where the run's held at most {run_held:,} and read {reads:,}: every query of a "
+        "step attends to all of them, so the interval spans the fit's line past its steps "
+        "and the step at the run's largest in proportion to the positions it reads",
+        (_End(), _End(past=most)),
+    )
 
 
 def _padding_doubt(twin: Twin, new_limits: EngineLimits) -> _Doubt | None:
