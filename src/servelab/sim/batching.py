@@ -187,7 +187,7 @@ class Batcher(Generic[T]):
         decode: list[EngineRequest[T]] = []
         context = 0
         for request in self.running:
-            if request.prefilled == request.prefill_target:
+            if request.prefilled == request.prompt_tokens + request.recompute_tokens:
                 decode.append(request)
                 context += request.prompt_tokens + request.generated
                 if request.blocks is not None:  # this step computes its newest token
@@ -257,8 +257,7 @@ class Batcher(Generic[T]):
             return ()
         preempted: list[EngineRequest[T]] = []
         while len(self.running) > 1:
-            growing = sum(1 for r in self.running if r.prefilled == r.prefill_target)
-            if self.kv_used_tokens + growing <= capacity:
+            if self._next_step_tokens() <= capacity:
                 break
             victim = self._victim()
             self._preempt(victim)
@@ -266,6 +265,20 @@ class Batcher(Generic[T]):
         if preempted:
             self._restart_share()
         return tuple(preempted)
+
+    def _next_step_tokens(self) -> int:
+        """The KV the next step needs: what is held now and one token per decoder. One
+        plain loop where no prefix cache shares blocks: it runs every step of a replay."""
+        if self.prefix_cache is not None:
+            growing = sum(1 for r in self.running if r.prefilled == r.prefill_target)
+            return self.kv_used_tokens + growing
+        total = 0
+        for r in self.running:
+            prefilled = r.prefilled
+            total += prefilled + r.generated - r.recompute_tokens
+            if prefilled == r.prompt_tokens + r.recompute_tokens:
+                total += 1
+        return total
 
     def _victim(self) -> EngineRequest[T]:
         if self.policy.victim == "fewest_output":
