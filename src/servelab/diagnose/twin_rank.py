@@ -38,6 +38,7 @@ from servelab.twin.whatif import (
     WhatIf,
     launch_saved,
     launch_saved_with_batch,
+    threads_scaled,
     what_if,
     what_if_step,
 )
@@ -101,7 +102,7 @@ def rank_by_replay(
         else:
             finding = _not_binding(existing, lift)
         out = [f for f in out if f is not existing] + [finding]
-    out = [_with_graph_gains(f, twin, objective) for f in out]
+    out = [_with_thread_gains(_with_graph_gains(f, twin, objective), twin, objective) for f in out]
     return out, notes
 
 
@@ -141,6 +142,39 @@ def _with_graph_gains(finding: Finding, twin: Twin, objective: Objective) -> Fin
     if not added:
         return finding
     said = Evidence(what="CUDA graphs in the replay", value=why, source=_SOURCE)
+    return finding.model_copy(
+        update={
+            "expected_gains": [*finding.expected_gains, *added],
+            "evidence": [*finding.evidence, said],
+        }
+    )
+
+
+def _with_thread_gains(finding: Finding, twin: Twin, objective: Objective) -> Finding:
+    """More threads for a CPU engine, replayed: between a step that does not shrink and one
+    that shrinks with the threads (compute scales at most with them), every level replayed,
+    so what more threads do to TTFT, TPOT and throughput where steps are batched is each
+    a gain with its interval, not only the rule's throughput bound."""
+    gain = finding.expected_gain
+    if finding.kind is not FindingKind.CPU_BOUND or gain is None or gain.high is None:
+        return finding
+    if gain.high <= 1.0:
+        return finding
+    why = (
+        f"more threads replayed: a step between as fitted (no part of it divides among "
+        f"threads) and {gain.high:.3g}x shorter (all of it does); the interval spans both"
+    )
+    whatif = what_if_step(twin, [None, threads_scaled(gain.high)], why, metrics=_STATED)
+    added = [
+        _gain(f, whatif, None)
+        for metric in _STATED
+        if (f := whatif.forecast(objective.worst_level, metric)) is not None
+        and f.measured
+        and _moves(f)
+    ]
+    if not added:
+        return finding
+    said = Evidence(what="more threads in the replay", value=why, source=_SOURCE)
     return finding.model_copy(
         update={
             "expected_gains": [*finding.expected_gains, *added],

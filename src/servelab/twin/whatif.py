@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from servelab.core.units import MS_PER_S
-from servelab.sim.stepcost import LinearStepCost, StepCost, WrappedStepCost
+from servelab.sim.stepcost import LinearStepCost, ScaledStepCost, StepCost, WrappedStepCost
 from servelab.twin.compare import load_label
 from servelab.twin.fit import INTERVAL
 from servelab.twin.metrics import METRICS
@@ -53,6 +53,7 @@ __all__ = [
     "WhatIf",
     "launch_saved",
     "launch_saved_with_batch",
+    "threads_scaled",
     "what_if",
     "what_if_step",
 ]
@@ -226,13 +227,15 @@ def _middle_interval(
 
 
 def what_if_step(
-    twin: Twin, ends: Sequence[Reading], why: str, *, metrics: Sequence[str] = METRICS
+    twin: Twin, ends: Sequence[Reading | None], why: str, *, metrics: Sequence[str] = METRICS
 ) -> WhatIf:
     """Every level replayed with the step itself changed (the limits as set): each of
-    `ends` is one end of what the change could do to the fitted cost; the point is their
-    geometric middle, the interval spans both ends' draws."""
+    `ends` is one end of what the change could do to the fitted cost (None: the cost as
+    fitted); the point is their geometric middle, the interval spans both ends' draws."""
     before = twin.replay()
-    extremes: list[Pair] = [(before, twin.replay(reading=end)) for end in ends]
+    extremes: list[Pair] = [
+        (before, before if end is None else twin.replay(reading=end)) for end in ends
+    ]
     forecasts = [
         _forecast(twin, level, metric, [], extremes)
         for level in sorted(before)
@@ -253,6 +256,16 @@ def launch_saved(saved_ms: float) -> Reading:
 
     def read(cost: LinearStepCost) -> LinearStepCost:
         return replace(cost, base_ms=max(cost.base_ms - saved_ms, 0.0))
+
+    return read
+
+
+def threads_scaled(factor: float) -> Reading:
+    """A step on `factor` times the threads, at the far end where all of it is compute that
+    divides among them (the near end is the step as fitted: none of it does)."""
+
+    def read(cost: LinearStepCost) -> StepCost:
+        return ScaledStepCost(cost, time_scale=factor)
 
     return read
 
