@@ -36,7 +36,7 @@ def _cpu_bound(high: float, kind: FindingKind = FindingKind.CPU_BOUND) -> Findin
 
 def test_more_threads_are_replayed_between_no_gain_and_a_step_shorter_by_the_threads():
     limits = EngineLimits(EXACT_RESERVE, running_cap=16, batch_tokens=2048)
-    twin, levels = _twin(limits)
+    twin, _ = _twin(limits)
     objective = Objective.of(twin.levels, None)
     finding = _with_thread_gains(_cpu_bound(2.0), twin, objective)
     replayed = {g.metric: g for g in finding.expected_gains if g.source != "engine threads"}
