@@ -63,14 +63,29 @@ SHARED_SETUPS = {"demo_run": "demo", "ray_cluster": "ray"}
 one runs on the same worker (`--dist loadgroup`), so each is made once."""
 
 
+LONG_FIRST = ("tests/tune/", "tests/integration/", "tests/report/", "tests/soak/")
+"""Folders of studies and real launches (a test of one takes up to two minutes), sent to
+the workers first: in name order they came last, and one worker ran the longest study
+alone while the other had finished."""
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist, a test runs on the worker of its shared set-up, else of its file
-    (a module's fixtures, such as two embedded runs to compare, are then made once)."""
+    (a module's fixtures, such as two embedded runs to compare, are then made once); the
+    long folders come first."""
     for item in items:
         shared = [SHARED_SETUPS[f] for f in getattr(item, "fixturenames", ()) if f in SHARED_SETUPS]
         group = shared[0] if shared else item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=_dispatch_order)
+
+
+def _dispatch_order(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return next(
+        (i for i, folder in enumerate(LONG_FIRST) if path.startswith(folder)), len(LONG_FIRST)
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -206,6 +206,23 @@ def test_kv_capacity_from_the_logged_cache_size(tmp_path: Path):
     assert any("engine.log line 1" in e.source for e in kv.evidence)
 
 
+def test_a_cache_of_fewer_full_requests_than_ran_bounds_the_gain_by_what_it_holds(tmp_path: Path):
+    """64 ran at once, but the logged cache holds 16,384 tokens: 42.7 requests of 384 at
+    full length. A preempted request runs its tokens again, so fewer than 64 may have been
+    doing work that lasted: the estimate is 128 / 64, the most 128 / 42.7."""
+    log = scan(
+        "sglang",
+        ["[2026-11-29 15:06:29 TP0] KV Cache is allocated. #tokens: 16384, KV size: 1.33 GB"],
+    )
+    run = summary(capped_sweep(kv=0.97))
+    kv = diagnose(write_run(tmp_path, run, events=log)).findings[0]
+    assert kv.kind is FindingKind.KV_CAPACITY
+    gain = kv.expected_gain
+    assert gain is not None and gain.metric == "total throughput"
+    assert gain.factor == pytest.approx(128 / 64, rel=0.01)
+    assert gain.high == pytest.approx(128 / (16_384 / 384), rel=0.01) and gain.low == 1.0
+
+
 def test_preemptions_are_kv_pressure(tmp_path: Path):
     rows = [
         {"kind": "metrics", "t_ns": t, "raw": {"vllm:num_preemptions_total": [[{}, n]]}}

@@ -348,23 +348,28 @@ def _room_gain(
     facts: RunFacts, about: list[LevelFacts], running: float | None
 ) -> ExpectedGain | None:
     """A cache that holds the heaviest level's requests (the first action): throughput
-    with them all running against what ran. The most is every request admitted at the
-    same TPOT (throughput grows with the running count); the model's throughput at the two
-    batches is the estimate where there is one, else the most. The least is no gain."""
+    with them all running against what ran. The estimate is every request admitted at the
+    same TPOT (throughput grows with the running count), or the model's throughput at the
+    two batches where there is a model. The least is no gain. The most counts against the
+    fewer of what ran and what the cache holds at full length: a preempted request runs
+    its tokens again, so fewer than the running count may have been doing work that
+    lasted."""
     if not about:
         return None
     lv = max(about, key=lambda level: level.load)
-    held = running or _held(facts, lv)
+    full = _held(facts, lv)
+    held = running or full
     if not held or held >= lv.load:
         return None
-    most = lv.load / held
-    factor, how = most, "every request admitted at the same TPOT"
+    same_tpot = lv.load / held
+    most = lv.load / min(held, full) if full else same_tpot
+    factor, how = same_tpot, "every request admitted at the same TPOT"
     if facts.model is not None:
         inp, out = round(lv.input_tokens), max(round(lv.output_tokens), 1)
         before = facts.model.total_tokens_per_s(max(round(held), 1), inp, out)
         after = facts.model.total_tokens_per_s(round(lv.load), inp, out)
         if before > 0 and after > before:
-            factor, how = min(after / before, most), "per the model at the two batches"
+            factor, how = min(after / before, same_tpot), "per the model at the two batches"
     return ExpectedGain(
         factor=fmt(factor),
         metric="total throughput",
