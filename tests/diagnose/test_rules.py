@@ -223,6 +223,30 @@ def test_a_cache_of_fewer_full_requests_than_ran_bounds_the_gain_by_what_it_hold
     assert gain.high == pytest.approx(128 / (16_384 / 384), rel=0.01) and gain.low == 1.0
 
 
+def test_work_the_preemptions_threw_away_widens_the_caches_most(tmp_path: Path):
+    """Each preemption discards at most one request's tokens: the most grows by the
+    preemptions per completed request of the level."""
+    log = scan(
+        "sglang",
+        ["[2026-11-29 15:06:29 TP0] KV Cache is allocated. #tokens: 16384, KV size: 1.33 GB"],
+    )
+    rows = [
+        {"kind": "metrics", "t_ns": t, "raw": {"vllm:num_preemptions_total": [[{}, n]]}}
+        for t, n in ((10**9, 0.0), (2 * 10**9, 12.0))
+    ]
+    run = summary(capped_sweep(kv=0.97))
+    kv = diagnose(write_run(tmp_path, run, events=log, metric_rows=rows)).findings[0]
+    assert kv.kind is FindingKind.KV_CAPACITY and kv.expected_gain is not None
+    heaviest = max(run.levels, key=lambda lv: lv.max_concurrency or 0)
+    preempted = next(
+        e.value for e in kv.evidence if e.what == "preemptions during concurrency 128"
+    )
+    redone = 1 + float(preempted) / heaviest.completed
+    assert redone > 1
+    assert kv.expected_gain.high == pytest.approx(128 / (16_384 / 384) * redone, rel=0.01)
+    assert kv.expected_gain.factor == pytest.approx(128 / 64, rel=0.01)
+
+
 def test_preemptions_are_kv_pressure(tmp_path: Path):
     rows = [
         {"kind": "metrics", "t_ns": t, "raw": {"vllm:num_preemptions_total": [[{}, n]]}}

@@ -351,9 +351,11 @@ def _room_gain(
     with them all running against what ran. The estimate is every request admitted at the
     same TPOT (throughput grows with the running count), or the model's throughput at the
     two batches where there is a model. The least is no gain. The most counts against the
-    fewer of what ran and what the cache holds at full length: a preempted request runs
-    its tokens again, so fewer than the running count may have been doing work that
-    lasted."""
+    fewer of what ran and what the cache holds at full length, and adds the work the
+    level's preemptions threw away: a preempted request runs its tokens again, so fewer
+    than the running count may have been doing work that lasted, and each preemption
+    discards at most one request's tokens (the level's own work is its completed
+    requests')."""
     if not about:
         return None
     lv = max(about, key=lambda level: level.load)
@@ -362,7 +364,8 @@ def _room_gain(
     if not held or held >= lv.load:
         return None
     same_tpot = lv.load / held
-    most = lv.load / min(held, full) if full else same_tpot
+    redone = (lv.preemptions or 0.0) / max(lv.summary.completed, 1)
+    most = (lv.load / min(held, full) if full else same_tpot) * (1.0 + redone)
     factor, how = same_tpot, "every request admitted at the same TPOT"
     if facts.model is not None:
         inp, out = round(lv.input_tokens), max(round(lv.output_tokens), 1)
