@@ -238,9 +238,7 @@ def test_work_the_preemptions_threw_away_widens_the_caches_most(tmp_path: Path):
     kv = diagnose(write_run(tmp_path, run, events=log, metric_rows=rows)).findings[0]
     assert kv.kind is FindingKind.KV_CAPACITY and kv.expected_gain is not None
     heaviest = max(run.levels, key=lambda lv: lv.max_concurrency or 0)
-    preempted = next(
-        e.value for e in kv.evidence if e.what == "preemptions during concurrency 128"
-    )
+    preempted = next(e.value for e in kv.evidence if e.what == "preemptions during concurrency 128")
     redone = 1 + float(preempted) / heaviest.completed
     assert redone > 1
     assert kv.expected_gain.high == pytest.approx(128 / (16_384 / 384) * redone, rel=0.01)
