@@ -364,7 +364,7 @@ def _room_gain(
     if not held or held >= lv.load:
         return None
     same_tpot = lv.load / held
-    redone = (lv.preemptions or 0.0) / max(lv.summary.completed, 1)
+    redone = (lv.preemptions or 0.0) / max(lv.summary.completed or 0, 1)
     most = (lv.load / min(held, full) if full else same_tpot) * (1.0 + redone)
     factor, how = same_tpot, "every request admitted at the same TPOT"
     if facts.model is not None:
