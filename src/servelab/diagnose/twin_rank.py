@@ -33,6 +33,7 @@ from servelab.twin.lifting import (
     metric_name,
     objective_misses,
 )
+from servelab.twin.model import Reading
 from servelab.twin.whatif import (
     Forecast,
     WhatIf,
@@ -133,20 +134,8 @@ def _with_graph_gains(finding: Finding, twin: Twin, objective: Objective) -> Fin
             "the model's GPU work for it (launches and host work per request)"
         )
     why += "; the interval spans both ends"
-    whatif = what_if_step(twin, ends, why, metrics=_STATED)
-    added = [
-        _gain(f, whatif, None)
-        for metric in _STATED
-        if (f := whatif.forecast(objective.worst_level, metric)) is not None and _moves(f)
-    ]
-    if not added:
-        return finding
-    said = Evidence(what="CUDA graphs in the replay", value=why, source=_SOURCE)
-    return finding.model_copy(
-        update={
-            "expected_gains": [*finding.expected_gains, *added],
-            "evidence": [*finding.evidence, said],
-        }
+    return _with_step_change(
+        finding, twin, objective, ends, why, "CUDA graphs in the replay", measured_only=False
     )
 
 
@@ -164,17 +153,36 @@ def _with_thread_gains(finding: Finding, twin: Twin, objective: Objective) -> Fi
         f"more threads replayed: a step between as fitted (no part of it divides among "
         f"threads) and {gain.high:.3g}x shorter (all of it does); the interval spans both"
     )
-    whatif = what_if_step(twin, [None, threads_scaled(gain.high)], why, metrics=_STATED)
+    ends = [None, threads_scaled(gain.high)]
+    return _with_step_change(
+        finding, twin, objective, ends, why, "more threads in the replay", measured_only=True
+    )
+
+
+def _with_step_change(
+    finding: Finding,
+    twin: Twin,
+    objective: Objective,
+    ends: Sequence[Reading | None],
+    why: str,
+    what: str,
+    *,
+    measured_only: bool,
+) -> Finding:
+    """The finding with a change to the step replayed between `ends`: each metric it moves
+    at the heaviest level (with `measured_only`, each the run measured) a further gain, and
+    `why` its evidence; the finding as it was where nothing moves."""
+    whatif = what_if_step(twin, ends, why, metrics=_STATED)
     added = [
         _gain(f, whatif, None)
         for metric in _STATED
         if (f := whatif.forecast(objective.worst_level, metric)) is not None
-        and f.measured
+        and (f.measured or not measured_only)
         and _moves(f)
     ]
     if not added:
         return finding
-    said = Evidence(what="more threads in the replay", value=why, source=_SOURCE)
+    said = Evidence(what=what, value=why, source=_SOURCE)
     return finding.model_copy(
         update={
             "expected_gains": [*finding.expected_gains, *added],
