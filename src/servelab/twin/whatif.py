@@ -355,8 +355,7 @@ def _doubts(
     cost that agree with it on every step it had and part beyond them."""
     out: list[_Doubt] = []
     seen_prefill, seen_batch, seen_held = twin.seen or (0, 0, 0)
-    run_prefill = max(max((lv.most_prefill for lv in before.values()), default=0), seen_prefill)
-    new_prefill = max((lv.most_prefill for lv in after.values()), default=0)
+    run_prefill, new_prefill = _reach(before, after, "most_prefill", seen_prefill)
     if new_prefill > run_prefill > 0:
         out.append(
             _Doubt(
@@ -371,8 +370,7 @@ def _doubts(
                 ),
             )
         )
-    run_batch = max(max((lv.most_decoding for lv in before.values()), default=0), seen_batch)
-    new_batch = max((lv.most_decoding for lv in after.values()), default=0)
+    run_batch, new_batch = _reach(before, after, "most_decoding", seen_batch)
     if new_batch > run_batch > 0:
         out.append(
             _Doubt(
@@ -385,8 +383,7 @@ def _doubts(
                 ),
             )
         )
-    run_held = max(max((lv.most_held for lv in before.values()), default=0), seen_held)
-    new_held = max((lv.most_held for lv in after.values()), default=0)
+    run_held, new_held = _reach(before, after, "most_held", seen_held)
     positions = _past_positions_doubt(twin, run_held, new_held)
     if positions is not None:
         out.append(positions)
@@ -403,6 +400,15 @@ def _doubts(
             )
         )
     return out
+
+
+def _reach(
+    before: Mapping[int, ReplayedLevel], after: Mapping[int, ReplayedLevel], most: str, seen: int
+) -> tuple[int, int]:
+    """The most of `most` (a ReplayedLevel field) one step held in the run's replay, or in
+    any run the cost was fitted on (`seen`), and in the replay at the new limits."""
+    run = max(max((getattr(lv, most) for lv in before.values()), default=0), seen)
+    return run, max((getattr(lv, most) for lv in after.values()), default=0)
 
 
 def _past_positions_doubt(twin: Twin, run_held: int, new_held: int) -> _Doubt | None:
