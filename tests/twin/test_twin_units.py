@@ -14,6 +14,7 @@ from servelab.bench.results import LevelSummary
 from servelab.sim.policy import EXACT_RESERVE, policy_for
 from servelab.sim.stepcost import LinearStepCost
 from servelab.twin import EngineLimits, TwinInputs, build_twin
+from servelab.twin.model import slo_miss_share
 from servelab.twin.records import LevelLoad
 from servelab.twin.replay import ReplayRequest, replay_level
 from tests.twin.planted import LIMITS, OVERHEAD_S, PLANTED, measured_run, planted_requests
@@ -107,3 +108,42 @@ def test_open_loop_and_conversations_are_sent_as_recorded() -> None:
     ]
     replay_level(LevelLoad(0, "concurrency", 1.0), turns, step_cost=cost, limits=LIMITS)
     assert turns[1].sent_s == pytest.approx((turns[0].last_s or 0) + 0.25)
+
+
+def _closed_level(count: int) -> list[ReplayRequest]:
+    return [ReplayRequest(i, 40 + i, 10, send_s=0.0 if i < 2 else 0.3 * i) for i in range(count)]
+
+
+def test_a_level_sent_for_a_set_time_sends_until_then_and_no_later() -> None:
+    """Two streams for 1 s: each request takes ten 20 ms steps, so a slot sends one every
+    0.2 s (the last at 0.8 s), whatever the run recorded: the six recorded, sent again in
+    order, then the next ones' sizes from the start."""
+    recorded = _closed_level(6)
+    replay = replay_level(
+        LevelLoad(0, "concurrency", 2.0, duration_s=1.0),
+        recorded,
+        step_cost=LinearStepCost(base_ms=20.0),
+        limits=LIMITS,
+    )
+    sends = sorted(r.sent_s for r in replay.requests if r.sent_s is not None)
+    assert sends == pytest.approx([0.0, 0.0, 0.2, 0.2, 0.4, 0.4, 0.6, 0.6, 0.8, 0.8])
+    assert all(r.last_s is not None for r in replay.requests)
+    again = replay.requests[len(recorded) :]
+    assert [r.prompt_tokens for r in again] == [40, 41, 42, 43]
+    assert all(r.sent_s is not None and r.sent_s >= 0.6 for r in again)
+
+
+def test_a_slower_engine_sends_fewer_requests_in_the_set_time() -> None:
+    """One request of ten 100 ms steps at a time, for 1.5 s: the second is sent at 1.0 s
+    and the third, due at 2.0 s, never; without the time every recorded request is sent."""
+    recorded = _closed_level(5)
+    cost = LinearStepCost(base_ms=100.0)
+    timed = replay_level(
+        LevelLoad(0, "concurrency", 1.0, duration_s=1.5), recorded, step_cost=cost, limits=LIMITS
+    )
+    assert [r.sent_s for r in timed.requests] == pytest.approx([0.0, 1.0, None, None, None])
+    assert slo_miss_share(timed, {"e2e": 5_000.0}) == pytest.approx(0.5 / 3)
+    recorded = _closed_level(5)
+    whole = replay_level(LevelLoad(0, "concurrency", 1.0), recorded, step_cost=cost, limits=LIMITS)
+    assert len(whole.requests) == 5
+    assert all(r.last_s is not None for r in whole.requests)

@@ -47,7 +47,8 @@ def run_twin(
     }
     rows = RunDir(files.path).iter_jsonl(REQUESTS_FILE)
     try:
-        twin = fit_twin(TwinInputs(files.summary.levels, rows, engine, limits, sources))
+        inputs = TwinInputs(files.summary.levels, rows, engine, limits, sources, _duration_s(files))
+        twin = fit_twin(inputs)
     except (ValueError, ConfigError) as exc:
         return None, f"no twin: {exc}"
     if model is not None:
@@ -120,6 +121,12 @@ def twin_detail(twin: TwinResult) -> str:
             )
     replay = "; the replay's median " + ", ".join(worst) if worst else ""
     return f"{what}{replay}; twin.json"
+
+
+def _duration_s(files: RunFiles) -> float | None:
+    """How long each level sent for, where the run set a time (`--duration`)."""
+    value = files.summary.run.load.get("duration_s")
+    return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 def _value(setting: Setting[int] | None) -> int | None:

@@ -76,6 +76,9 @@ class TwinInputs:
     engine: str | None
     limits: EngineLimits
     limit_sources: Mapping[str, str]
+    level_duration_s: float | None = None
+    """Where each level sent for a set time (`--duration`): the replays under other limits
+    send for as long."""
 
 
 def build_twin(
@@ -89,7 +92,9 @@ def fit_twin(inputs: TwinInputs, *, resamples: int = 48, draws: int = 8, seed: i
     """The run's fitted engine, ready to replay under other limits, with its twin.json."""
     twin = _fit(inputs, resamples=resamples, draws=draws, seed=seed)
     slo = next((lv.slo_ms for lv in inputs.levels if lv.slo_ms), None)
-    return replace(twin, slo_ms=slo, _memo={}) if slo else twin
+    if not slo and inputs.level_duration_s is None:
+        return twin
+    return replace(twin, slo_ms=slo, level_duration_s=inputs.level_duration_s, _memo={})
 
 
 def _fit(inputs: TwinInputs, *, resamples: int, draws: int, seed: int) -> Twin:

@@ -40,11 +40,11 @@ Reading = Callable[[LinearStepCost], StepCost]
 from it only where the run has no steps (`servelab.twin.whatif`)."""
 
 
-def level_load(level: LevelSummary) -> LevelLoad:
-    """How a level sent its requests."""
+def level_load(level: LevelSummary, duration_s: float | None = None) -> LevelLoad:
+    """How a level sent its requests (for `duration_s`, where it sent for a set time)."""
     if level.load_mode == "concurrency":
-        return LevelLoad(level.level, "concurrency", float(level.max_concurrency or 1))
-    return LevelLoad(level.level, "request_rate", float(level.request_rate or 0.0))
+        return LevelLoad(level.level, "concurrency", float(level.max_concurrency or 1), duration_s)
+    return LevelLoad(level.level, "request_rate", float(level.request_rate or 0.0), duration_s)
 
 
 def replay_all(
@@ -58,9 +58,11 @@ def replay_all(
     reading: Reading | None = None,
     floor: StepFloor | None = None,
     track_held: bool = True,
+    duration_s: float | None = None,
 ) -> dict[int, LevelReplay]:
     """Every level replayed at the fit (or one of its bootstrap draws); with `floor`, no
-    step faster than the hardware's own work."""
+    step faster than the hardware's own work; with `duration_s`, each level sends for
+    that long, as one run for a set time did, rather than the requests it recorded."""
     linear = fitted.step_cost(draw, kv_capacity_tokens=limits.kv_capacity_tokens)
     cost: StepCost = reading(linear) if reading is not None else linear
     if floor is not None:
@@ -72,7 +74,7 @@ def replay_all(
             continue
         copies = [replace(r, prefill_chunks=[]) for r in rows]
         out[level.level] = replay_level(
-            level_load(level),
+            level_load(level, duration_s),
             copies,
             step_cost=cost,
             limits=limits,
@@ -89,7 +91,8 @@ def slo_miss_share(
     (misses + 1/2) / (requests + 1): never 0 or 1, so a change to it is a ratio even where
     every request met the SLOs or none did."""
     missed = 0
-    for r in replay.requests:
+    sent = [r for r in replay.requests if r.sent_s is not None]
+    for r in sent:
         if r.first_s is None or r.last_s is None or r.sent_s is None:
             missed += 1
             continue
@@ -102,7 +105,7 @@ def slo_miss_share(
         }
         if any((v := values.get(k)) is None or v > bound for k, bound in slo_ms.items()):
             missed += 1
-    return (missed + 0.5) / (len(replay.requests) + 1)
+    return (missed + 0.5) / (len(sent) + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +167,10 @@ class Twin:
     """The most prompt tokens one step prefilled, requests one step decoded and KV tokens
     one step held, over every run the cost was fitted on, where that is more than this
     run's own."""
+    level_duration_s: float | None = None
+    """Where the run's levels each sent for a set time: a replay sends for as long (a
+    faster engine gets more requests in that time, a slower one fewer), not the requests
+    the run recorded. The fit's own replays keep to the records."""
     _memo: dict[tuple[EngineLimits, int, bool], dict[int, ReplayedLevel]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -195,6 +202,7 @@ class Twin:
             reading=reading,
             floor=self.floor,
             track_held=False,
+            duration_s=self.level_duration_s,
         )
         count = min(self.draws, self.cost.draws.shape[0]) if with_draws else 0
         spread = [
@@ -208,6 +216,7 @@ class Twin:
                 reading=reading,
                 floor=self.floor,
                 track_held=False,
+                duration_s=self.level_duration_s,
             )
             for d in range(count)
         ]
@@ -220,7 +229,9 @@ class Twin:
                 draws=[self._metrics(s[level], prompts, streamed) for s in spread],
                 decode_batch=replayed_batch(replay, replayed_window(replay)),
                 preemptions=replay.preemptions,
-                refused=sum(1 for r in replay.requests if r.first_s is None),
+                refused=sum(
+                    1 for r in replay.requests if r.sent_s is not None and r.first_s is None
+                ),
                 prefill_steps=replay.prefill_steps,
                 prefill_tokens=replay.prefill_tokens,
                 most_prefill=replay.most_prefill,

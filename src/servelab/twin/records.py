@@ -28,6 +28,9 @@ class LevelLoad:
     mode: str
     """"concurrency" or "request_rate" (open loop and trace replay: sent when planned)."""
     value: float
+    duration_s: float | None = None
+    """A level that sent for a set time (`--duration`): no request starts later than this
+    after its first send. None: the level sent the requests it recorded, however long."""
 
 
 @dataclass(frozen=True, slots=True)

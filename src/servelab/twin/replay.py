@@ -6,7 +6,10 @@ the last one ended, and an idle engine jumps to the next arrival. The load is th
 level's own, request by request:
 
 - closed loop: the level's first N sends at their recorded times, then each completion
-  sends the next request at once, as the client did;
+  sends the next request at once, as the client did; a level that sent for a set time
+  sends until that time, as the client did: fewer requests than it recorded where the
+  replay is slower, and where it is faster the recorded requests again in order (the
+  client cycles its prompts the same way);
 - open loop and trace replay: each request at its recorded send time (what the engine
   got, the client's own lateness included);
 - conversations: a session's next turn follows its previous answer by the think time
@@ -30,7 +33,11 @@ from servelab.sim.policy import BatchPolicy
 from servelab.sim.stepcost import StepCost
 from servelab.twin.records import LevelLoad
 
-__all__ = ["EngineLimits", "LevelReplay", "ReplayRequest", "replay_level"]
+__all__ = ["MOST_REPEATS", "EngineLimits", "LevelReplay", "ReplayRequest", "replay_level"]
+
+MOST_REPEATS = 64
+"""A level that sent for a set time sends its recorded requests again at most this many
+times over: a guard against a cost near zero, far past any gain the twin's doubts span."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +186,7 @@ def replay_level(
                 clients.finished(owner, end)
         now = end
     return LevelReplay(
-        requests=list(requests),
+        requests=[*requests, *clients.repeats],
         steps=steps,
         busy_s=busy,
         decode_seconds=weighted_batch,
@@ -203,7 +210,12 @@ class _Clients:
 
     def __init__(self, load: LevelLoad, requests: Sequence[ReplayRequest], overhead_s: float):
         self._overhead = overhead_s
+        self._until = load.duration_s
+        self._order = itertools.count()
         self._heap: list[tuple[float, int, ReplayRequest]] = []
+        self.repeats: list[ReplayRequest] = []
+        """Recorded requests sent again, where a level that sent for a set time outlasts
+        its records."""
         self._next_turn: dict[ReplayRequest, ReplayRequest] = {}
         units: list[ReplayRequest] = []
         by_session: dict[int, list[ReplayRequest]] = {}
@@ -221,6 +233,8 @@ class _Clients:
         closed = load.mode == "concurrency"
         slots = max(int(load.value), 1) if closed else len(units)
         self._waiting_units = deque(units[slots:])
+        self._recorded = len(units)
+        self._again = itertools.cycle([u for u in units if u.session is None] or [None])
         self._closed = closed
         for request in units[:slots]:
             self._send(request, request.send_s)
@@ -229,7 +243,7 @@ class _Clients:
 
     def _send(self, request: ReplayRequest, at_s: float) -> None:
         request.sent_s = at_s
-        heapq.heappush(self._heap, (at_s + self._overhead, request.index, request))
+        heapq.heappush(self._heap, (at_s + self._overhead, next(self._order), request))
 
     def arrived(self, now_s: float) -> list[tuple[float, ReplayRequest]]:
         """The requests at the engine by now, with when each got there."""
@@ -245,6 +259,31 @@ class _Clients:
     def finished(self, request: ReplayRequest, at_s: float) -> None:
         later = self._next_turn.get(request)
         if later is not None:
-            self._send(later, at_s + later.think_s)
-        elif self._closed and self._waiting_units:
+            if self._open_at(at_s + later.think_s):
+                self._send(later, at_s + later.think_s)
+        elif not self._closed or not self._open_at(at_s):
+            return
+        elif self._waiting_units:
             self._send(self._waiting_units.popleft(), at_s)
+        elif self._repeats_left(request, at_s) and (source := next(self._again)) is not None:
+            again = ReplayRequest(
+                index=source.index,
+                prompt_tokens=source.prompt_tokens,
+                output_tokens=source.output_tokens,
+                send_s=at_s,
+                token_s=None if source.token_s is None else [],
+            )
+            self.repeats.append(again)
+            self._send(again, at_s)
+
+    def _repeats_left(self, request: ReplayRequest, at_s: float) -> bool:
+        """Whether a finished request is followed by a recorded one sent again: only in a
+        level that sent for a set time, and never after a request that took no time (a
+        degenerate cost would send without end) or past `MOST_REPEATS` rounds."""
+        if self._until is None or request.sent_s is None or at_s <= request.sent_s:
+            return False
+        return len(self.repeats) < MOST_REPEATS * self._recorded
+
+    def _open_at(self, at_s: float) -> bool:
+        """Whether the level still sends at this time (a level sent for a set time stops)."""
+        return self._until is None or at_s < self._until
