@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from servelab.diagnose.engineconf import engine_config
 from servelab.engines.signatures import SignatureMatcher, scan_log
 
 LOGS = Path(__file__).parent / "data" / "logs"
@@ -195,4 +196,27 @@ def test_a_compilation_config_given_on_the_command_line_is_read_from_its_repr():
         "'max_cudagraph_capture_size': 48}}"
     )
 
-    assert _fields("vllm", line)["vllm.non_default_args"] == {"max_cudagraph_capture_size": 48}
+    assert _fields("vllm", line)["vllm.non_default_args"] == {
+        "max_cudagraph_capture_size": 48,
+        "model": "m",
+    }
+
+
+def test_vllm_s_step_budget_is_read_where_the_launch_did_not_set_it():
+    """vLLM 0.32 for CPUs launched without --max-num-batched-tokens (a recorded log): the
+    budget it defaulted to (2,048 on CPUs) is the last of the compile ranges it prints; a
+    user's own ranges in the non-default args are not read as one. Its non-default args
+    hold an object's repr (servelab's --profiler-config), and their plain values still
+    count."""
+    events = scan_log(LOGS / "vllm_cpu_startup.log", "vllm")
+    config = engine_config("vllm", [], events)
+    assert config.max_batch_tokens is not None
+    assert config.max_batch_tokens.value == 2048
+    assert "compile_ranges_endpoints" not in config.max_batch_tokens.source
+    assert "max_num_batched_tokens=2048" in config.max_batch_tokens.source
+    assert config.running_cap is not None and config.running_cap.value == 64
+    line = (
+        "(APIServer pid=1) INFO 12-02 07:15:21 [utils.py:253] non-default args: {'model': 'm', "
+        "'compilation_config': {'compile_ranges_endpoints': [512]}}"
+    )
+    assert "max_num_batched_tokens" not in _fields("vllm", line)["vllm.non_default_args"]

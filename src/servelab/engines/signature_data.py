@@ -523,13 +523,21 @@ _VLLM_ARGS_KEYS = (
 )
 
 
+_VLLM_SCALAR_ARG = re.compile(r"""'(\w+)': (-?\d+(?:\.\d+)?|True|False|'[^']*')(?=[,}])""")
+
+
 def _vllm_non_default_args(match: re.Match[str]) -> Fields:
-    """The performance-relevant settings in vLLM's `non-default args: {...}` line."""
+    """The performance-relevant settings in vLLM's `non-default args: {...}` line; where a
+    value is an object's repr (`profiler_config=ProfilerConfig(...)`), which literal_eval
+    cannot read, the plain values (numbers, switches, strings) are read one by one."""
     values = _vllm_capture_limit(match)
     try:
         parsed = ast.literal_eval(match.group("_args"))
     except (ValueError, SyntaxError):
-        return values
+        parsed = {
+            key: ast.literal_eval(text)
+            for key, text in _VLLM_SCALAR_ARG.findall(match.group("_args"))
+        }
     if not isinstance(parsed, dict):
         return values
     for key in _VLLM_ARGS_KEYS:
@@ -544,6 +552,7 @@ _VLLM_CAPTURE_MAX = re.compile(
     r"""['"](?:max_cudagraph_capture_size|max_capture_size)['"]: ?(\d+)"""
 )
 _VLLM_CAPTURE_SIZES = re.compile(r"""['"]cudagraph_capture_sizes['"]: ?\[([\d,\s]*)\]""")
+_VLLM_COMPILE_RANGES = re.compile(r"""['"]compile_ranges_endpoints['"]: ?\[([\d,\s]*)\]""")
 
 
 def _vllm_capture_limit(match: re.Match[str]) -> Fields:
@@ -562,6 +571,20 @@ def _vllm_capture_limit(match: re.Match[str]) -> Fields:
     largest = _VLLM_CAPTURE_MAX.search(line)
     if largest is not None:
         values["max_cudagraph_capture_size"] = int(largest.group(1))
+    return values
+
+
+def _vllm_compilation(match: re.Match[str]) -> Fields:
+    """The largest CUDA-graph batch, and the step budget as the resolved compilation config
+    prints it: its last `compile_ranges_endpoints` is `max_num_batched_tokens`
+    (`VllmConfig._set_compile_ranges` ends the ranges there and keeps only endpoints below
+    it), set or defaulted, the one place a launch without the flag shows it at INFO. A
+    user's own endpoints in the non-default args are not read this way."""
+    values = _vllm_capture_limit(match)
+    ranges = _VLLM_COMPILE_RANGES.search(match.string)
+    ends = [int(end) for end in ranges.group(1).split(",") if end.strip()] if ranges else []
+    if ends:
+        values["max_num_batched_tokens"] = max(ends)
     return values
 
 
@@ -1375,7 +1398,7 @@ _VLLM: tuple[Signature, ...] = (
         "vllm.compilation_config",
         _K.ENGINE_CONFIG,
         _INFO,
-        r"compilation_config=(?P<_config>\{.*\})\s*$",
+        r"compilation_config=(?P<_config>\{.*\})",
         literals=("compilation_config={",),
         source=Source(
             VLLM,
@@ -1390,7 +1413,7 @@ _VLLM: tuple[Signature, ...] = (
         "(2, 1)>, 'cudagraph_num_of_warmups': 1, 'cudagraph_capture_sizes': [1, 2, 4, 8, 16, 24, "
         "32], 'cudagraph_copy_inputs': False, 'max_cudagraph_capture_size': 32, "
         "'local_cache_dir': None}",
-        extract=_vllm_capture_limit,
+        extract=_vllm_compilation,
     ),
     _sig(
         "vllm.non_default_args",
