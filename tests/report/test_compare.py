@@ -17,7 +17,7 @@ import pytest
 from servelab.bench.noise import level_sample, ratio_band
 from servelab.report import write_report
 from servelab.report.compare import compare_all, compare_runs
-from servelab.report.compare.verdicts import METRICS, MetricDelta
+from servelab.report.compare.verdicts import METRICS, MIN_EFFECT, MetricDelta
 from servelab.report.inputs import ReportRun, load_report_run
 from tests.conftest import SERVELAB
 from tests.report.browser import body_attributes, is_blank, render_page, require_chromium
@@ -248,23 +248,24 @@ def embedded_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.mark.timing
-def test_two_runs_of_one_configuration_differ_less_than_a_changed_knob(
-    embedded_runs, tmp_path: Path
-):
-    """A band is drawn within each run and cannot see the machine wander between runs: six
+def test_two_runs_of_one_configuration_are_compared_band_by_band(embedded_runs, tmp_path: Path):
+    """A band is drawn within each run and cannot see the machine change between runs: six
     identical demo-sized runs on a 2-core machine read 22 of 135 banded changes "outside
-    noise", the largest 21% (benchmarks/README.md). What holds is the size, or the band's
-    own word on it: a repeat moves a banded metric by less than 40%, and a larger move
-    (one read +42% total tok/s at 4 streams beside other tests, band -0.9% to +106%) is
-    one its band calls within noise, never a change."""
+    noise", the largest 21% (benchmarks/README.md), and one repeat here read +40.4% total
+    tok/s at 4 streams (band +28.8% to +52.3%) when the other test worker fell idle between
+    the two. So no size of a repeat is asserted: each verdict follows its own band, and the
+    report says what its bands cannot see."""
     a, a2 = (load_report_run(embedded_runs[k]) for k in ("a", "a2"))
     banded = [d for d in compare_runs(a, a2) if d.band is not None]
     assert len(banded) >= 8  # throughputs, single stream, TTFT and TPOT p50 at 1 and 4
-    large = [d for d in banded if abs(d.change) >= 0.4]
-    assert all(d.verdict == "within noise" for d in large), [d.text for d in large]
+    for delta in banded:
+        assert delta.band is not None
+        moved = delta.band.excludes_one() and abs(delta.change) >= MIN_EFFECT
+        assert (delta.verdict != "within noise") is moved, delta.text
     files = write_report([embedded_runs["a"], embedded_runs["a2"]], out=tmp_path / "cmp")
-    text = files.markdown.read_text()
+    text = " ".join(files.markdown.read_text().split())
     assert f"{len(banded)} noise bands" in text
+    assert "not a change of the machine between the runs" in text
 
 
 def _ttft_at_one(a: ReportRun, b: ReportRun) -> MetricDelta:

@@ -168,7 +168,9 @@ def _band_note(deltas: dict[str, list[MetricDelta]]) -> str:
         f"within their bands 95% of the time (Bonferroni: each band is the central {share:.2%} "
         "of a bootstrap of the change, each run's own requests resampled in blocks of one "
         "concurrency's worth). A change is outside noise when its band leaves 0 out and it "
-        "is 5% or more (docs/REPORT.md)."
+        "is 5% or more. A band sees each run's own requests, not a change of the machine "
+        "between the runs (other work on it, its clocks): repeat a configuration to see that "
+        "(docs/REPORT.md)."
     )
 
 
