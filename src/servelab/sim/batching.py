@@ -183,15 +183,17 @@ class Batcher(Generic[T]):
 
     def plan(self) -> Step[T] | None:
         """Admit what fits and compose the next step; None when there is nothing to run."""
-        preempted = self._make_room()
-        decode: list[EngineRequest[T]] = []
-        context = 0
-        for request in self.running:
-            if request.prefilled == request.prompt_tokens + request.recompute_tokens:
-                decode.append(request)
-                context += request.prompt_tokens + request.generated
-                if request.blocks is not None:  # this step computes its newest token
-                    self._settle(request, request.prompt_tokens + request.generated)
+        if self.prefix_cache is None:
+            decode, context, preempted = self._decoders_with_room()
+        else:
+            preempted = self._make_room()
+            decode, context = [], 0
+            for request in self.running:
+                if request.prefilled == request.prompt_tokens + request.recompute_tokens:
+                    decode.append(request)
+                    context += request.prompt_tokens + request.generated
+                    if request.blocks is not None:  # this step computes its newest token
+                        self._settle(request, request.prompt_tokens + request.generated)
         prefill: list[tuple[EngineRequest[T], int]] = []
         budget = self.chunked_prefill_size
         if self.policy.decodes_in_budget:
@@ -249,6 +251,30 @@ class Batcher(Generic[T]):
                 self._retire(request)
         return tokens
 
+    def _decoders_with_room(
+        self,
+    ) -> tuple[list[EngineRequest[T]], int, tuple[EngineRequest[T], ...]]:
+        """Without a prefix cache: the decoders and their context, read in the same pass as
+        the KV the next step needs, and the preemptions that make room for it (then read
+        again). One pass over the running set: it runs every step of a replay."""
+        decode: list[EngineRequest[T]] = []
+        context, held = 0, 0
+        for request in self.running:
+            prefilled, generated = request.prefilled, request.generated
+            if prefilled == request.prompt_tokens + request.recompute_tokens:
+                decode.append(request)
+                context += request.prompt_tokens + generated
+            else:
+                held += prefilled + generated - request.recompute_tokens
+        capacity = self.kv_capacity_tokens
+        if capacity is None or context + len(decode) + held <= capacity:
+            return decode, context, ()
+        preempted = self._make_room()
+        if not preempted:
+            return decode, context, ()
+        decode, context, _ = self._decoders_with_room()
+        return decode, context, preempted
+
     def _make_room(self) -> tuple[EngineRequest[T], ...]:
         """Preempt running requests, the policy's victim first, until every decoder's next
         token fits (only a policy that does not book whole outputs can run out)."""
@@ -302,7 +328,13 @@ class Batcher(Generic[T]):
         """What running requests hold and will need, less the cached blocks they pin:
         the rest of each prefill, and the policy's share of each remaining output."""
         ratio = self._reserve_ratio()
-        size = self.prefix_cache.block_size if self.prefix_cache is not None else 0
+        if self.prefix_cache is None:  # each holds its prompt and output so far, or will
+            held, left = 0, 0
+            for r in self.running:
+                held += r.prompt_tokens + r.generated
+                left += r.max_tokens - r.generated
+            return round(held + ratio * left)
+        size = self.prefix_cache.block_size
         total = 0.0
         for r in self.running:
             pinned = size * len(r.blocks.pinned) if r.blocks is not None else 0
