@@ -268,15 +268,18 @@ if [[ " $PARTS " == *" pairs "* ]]; then
         [graphs3]="cuda_graphs: false"
         [kv4]="cuda_graphs: true, kv_cache_tokens: 20480"
         [batch4]="cuda_graphs: true, max_batch_tokens: 384"
+        [batch5]="cuda_graphs: true, max_batch_tokens: 640"
     )
     # input, output and concurrency per case; the *3 and *4 cases were chosen before they ran
-    # (batch4 after the padded positions' reading was built, to try it)
+    # (batch4 after the padded positions' reading was built, to try it; batch5 after the
+    # replay of a level for its set time was built)
     declare -A PAIR_SHAPES=(
         [kv3]="512 192 1,4,24"
         [batch3]="2048 48 1,12,40"
         [graphs3]="256 256 1,4,16"
         [kv4]="3072 128 1,4,12"
         [batch4]="1536 64 1,8,28"
+        [batch5]="2560 40 1,10,36"
     )
     sweep_pair() {  # sweep_pair NAME KNOBS [APPLIES]: one sweep of h200-ref, diagnosed
         local name=$1 knobs=$2 applies=${3:-} input output levels
