@@ -234,7 +234,7 @@ class _Clients:
         slots = max(int(load.value), 1) if closed else len(units)
         self._waiting_units = deque(units[slots:])
         self._recorded = len(units)
-        self._again = itertools.cycle([u for u in units if u.session is None] or [None])
+        self._singles = [u for u in units if u.session is None]
         self._closed = closed
         for request in units[:slots]:
             self._send(request, request.send_s)
@@ -265,7 +265,8 @@ class _Clients:
             return
         elif self._waiting_units:
             self._send(self._waiting_units.popleft(), at_s)
-        elif self._repeats_left(request, at_s) and (source := next(self._again)) is not None:
+        elif self._singles and self._repeats_left(request, at_s):
+            source = self._singles[len(self.repeats) % len(self._singles)]
             again = ReplayRequest(
                 index=source.index,
                 prompt_tokens=source.prompt_tokens,
