@@ -564,7 +564,7 @@ def _vllm_capture_limit(match: re.Match[str]) -> Fields:
     values: Fields = {}
     sizes = _VLLM_CAPTURE_SIZES.search(line)
     if sizes is not None:
-        batch_sizes = [int(size) for size in sizes.group(1).split(",") if size.strip()]
+        batch_sizes = _ints(sizes.group(1))
         values["num_batch_sizes"] = len(batch_sizes)
         if batch_sizes:
             values["max_cudagraph_capture_size"] = max(batch_sizes)
@@ -582,7 +582,7 @@ def _vllm_compilation(match: re.Match[str]) -> Fields:
     user's own endpoints in the non-default args are not read this way."""
     values = _vllm_capture_limit(match)
     ranges = _VLLM_COMPILE_RANGES.search(match.string)
-    ends = [int(end) for end in ranges.group(1).split(",") if end.strip()] if ranges else []
+    ends = _ints(ranges.group(1)) if ranges else []
     if ends:
         values["max_num_batched_tokens"] = max(ends)
     return values
@@ -612,9 +612,14 @@ def _sglang_capture_settings(match: re.Match[str]) -> Fields:
     return values
 
 
+def _ints(text: str) -> list[int]:
+    """The numbers of a printed list's inside ("1, 2, 4, 8"); none for an empty one."""
+    return [int(item) for item in text.split(",") if item.strip()]
+
+
 def _batch_sizes(text: str) -> Fields:
     """The largest and the number of the batch sizes in a printed list ("1, 2, 4, 8")."""
-    batch_sizes = [int(size) for size in text.split(",") if size.strip()]
+    batch_sizes = _ints(text)
     if not batch_sizes:
         return {}
     return {"max_bs": max(batch_sizes), "num_batch_sizes": len(batch_sizes)}
