@@ -42,6 +42,7 @@ PAIRS = (
         FindingKind.BATCH_TOKEN_BUDGET,
     ),
     (CPU_RUNS, "vllm-cpu-kv-limited", "vllm-cpu-kv-applied", FindingKind.KV_CAPACITY),
+    (CPU_RUNS, "vllm-cpu-cap-default", "vllm-cpu-cap-raised", FindingKind.RUNNING_REQUEST_CAP),
     (GPU_RUNS, "kv2", "kv2-applied", FindingKind.KV_CAPACITY),
     (GPU_RUNS, "batch2", "batch2-applied", FindingKind.BATCH_TOKEN_BUDGET),
     (GPU_RUNS, "graphs2", "graphs2-applied", FindingKind.LAUNCH_OVERHEAD),

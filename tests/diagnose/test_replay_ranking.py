@@ -1,5 +1,6 @@
 """diagnose with the twin, on real engine runs: the suite's vLLM for CPUs with a planted step
-budget and its rerun at the budget diagnose asked for (kept in benchmarks/results/twin).
+budget and its rerun at the budget diagnose asked for, and a tuning study's cap of 2 and
+its trial at the cap diagnose asked for (kept in benchmarks/results/twin).
 
 The planted limit is ranked by lifting it in the replay, the other configured limits are
 set but not binding, every gain the action states is checked by the rerun, and
@@ -18,6 +19,8 @@ import pytest
 
 from servelab.diagnose import DiagnoseOptions, diagnose_run
 from servelab.diagnose.findings import ExpectedGain, Finding, FindingKind
+from servelab.store import TWIN_FILE, RunDir
+from servelab.twin import TwinResult
 from tests.conftest import SERVELAB
 
 KEPT = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "twin"
@@ -34,15 +37,24 @@ def _unpack(name: str, into: Path) -> Path:
     return run
 
 
-@pytest.fixture(scope="module")
-def budget_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    folder = tmp_path_factory.mktemp("budget")
-    planted = _unpack("vllm-cpu-budget-planted", folder)
-    applied = _unpack("vllm-cpu-budget-applied", folder)
+def _pair(planted_name: str, applied_name: str, kind: FindingKind, into: Path) -> tuple[Path, Path]:
+    """The planted run and its rerun, the rerun's summary naming the finding it applies."""
+    planted = _unpack(planted_name, into)
+    applied = _unpack(applied_name, into)
     summary = json.loads((applied / "summary.json").read_text())
-    summary["run"]["applies"] = f"{planted}:batch_token_budget"
+    summary["run"]["applies"] = f"{planted}:{kind.value}"
     (applied / "summary.json").write_text(json.dumps(summary))
     return planted, applied
+
+
+@pytest.fixture(scope="module")
+def budget_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return _pair(
+        "vllm-cpu-budget-planted",
+        "vllm-cpu-budget-applied",
+        FindingKind.BATCH_TOKEN_BUDGET,
+        tmp_path_factory.mktemp("budget"),
+    )
 
 
 def test_the_planted_budget_binds_by_replay_and_the_roomy_cache_does_not(budget_pair):
@@ -66,6 +78,26 @@ def test_every_gain_the_budget_action_stated_is_checked_by_its_rerun(budget_pair
     for check in checks:
         assert check.measured is not None and check.low is not None, check.text
         assert check.verdict in ("inside", "within noise"), check.text
+
+
+def test_a_capped_run_of_whole_answers_is_fitted_from_its_lone_requests_too(tmp_path: Path):
+    """Answers that came whole, a cap of 2, and at 64 streams waits 50 times a lone
+    request's time: fitted by each request's relative miss, the lone level is replayed as
+    measured (unweighted, the waits decided every term: decode steps that cost nothing, the
+    lone E2E 22% short, and the raised cap's gain 1.67x (1.39-1.93) against 3.65x)."""
+    planted, applied = _pair(
+        "vllm-cpu-cap-default", "vllm-cpu-cap-raised", FindingKind.RUNNING_REQUEST_CAP, tmp_path
+    )
+    first = diagnose_run(planted, DiagnoseOptions(engine="vllm"), write=True)
+    assert first.findings[0].kind is FindingKind.RUNNING_REQUEST_CAP
+    twin = RunDir(planted).load(TWIN_FILE, TwinResult)
+    assert twin is not None and twin.fit.source == "end-to-end times"
+    lone = twin.levels[0].metrics["median_e2e_latency_ms"].error
+    assert lone is not None and abs(lone) < 0.1, lone
+    checks = diagnose_run(applied, DiagnoseOptions(engine="vllm"), write=False).predictions
+    assert checks
+    for check in checks:
+        assert check.verdict == "inside", check.text
 
 
 def test_a_diagnosis_written_before_gains_were_a_list_still_loads():

@@ -11,6 +11,14 @@ steps every request of a like size lives through: it is not fitted here, and lef
 So: replay under the current cost, regress every request's measured time on what its
 replayed steps held, replay under the new cost, until no term moves by more than its
 standard error (the first regression's bootstrap), or `MAX_ROUNDS`.
+
+Each request counts by its relative miss (weights 1 / time squared): a request's time
+wanders with the machine's speed over it, in proportion to its length, and unweighted the
+longest ones decide every term. At a queued level those are waits, which measure how fast
+requests leave the queue: the same for every cost of that throughput. So a run capped at
+2 requests, whose waits at 64 streams were 50 times its lone requests' times, was fitted
+unweighted to prefills of 99 ms and decode steps that cost nothing, where its lone
+requests showed 1.7 ms a token.
 """
 
 from __future__ import annotations
@@ -83,7 +91,7 @@ def _rows(
     for level, replayed in replays.items():
         for request in replayed.requests:
             key = (level, request.index)
-            if request.held is None or key not in measured_s:
+            if request.held is None or measured_s.get(key, 0.0) <= 0:
                 continue
             rows.append(request.held)
             times.append(measured_s[key])
@@ -94,9 +102,7 @@ def _rows(
 def _regress(
     rows: np.ndarray, times: np.ndarray, owners: np.ndarray, resamples: int, seed: int
 ) -> FittedCost:
-    point, draws = bootstrap(
-        rows, times, np.ones_like(times), owners, resamples=resamples, seed=seed
-    )
+    point, draws = bootstrap(rows, times, 1.0 / times**2, owners, resamples=resamples, seed=seed)
     return FittedCost.from_draws(
         point, draws, samples=rows.shape[0], requests=int(np.unique(owners).size), residual_ms=0.0
     )
