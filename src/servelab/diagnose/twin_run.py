@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import replace
+from pathlib import Path
 
 from servelab.core.errors import ConfigError
 from servelab.core.units import MS_PER_S
@@ -16,7 +17,7 @@ from servelab.engines.knobs import flag_value
 from servelab.model.calibration import apply_calibration
 from servelab.model.perf import step
 from servelab.sim.policy import policy_for
-from servelab.store import REQUESTS_FILE, RunDir
+from servelab.store import REQUESTS_FILE, SUMMARY_FILE, RunDir
 from servelab.twin import EngineLimits, Twin, TwinInputs, TwinResult, fit_twin
 from servelab.twin.model import StepFloor
 from servelab.twin.padding import KvPadding, padded_position_bytes
@@ -45,16 +46,78 @@ def run_twin(
         name: setting.source if setting is not None else "not known: no limit replayed"
         for name, setting in settings.items()
     }
-    rows = RunDir(files.path).iter_jsonl(REQUESTS_FILE)
     try:
-        inputs = TwinInputs(files.summary.levels, rows, engine, limits, sources, _duration_s(files))
-        twin = fit_twin(inputs)
+        twin = _fitted(
+            files,
+            _stamp(files.path),
+            engine,
+            limits,
+            tuple(sorted(sources.items())),
+            _duration_s(files),
+        )
     except (ValueError, ConfigError) as exc:
         return None, f"no twin: {exc}"
     if model is not None:
         padding = kv_padding(conf, model, limits.kv_capacity_tokens)
         twin = replace(twin, floor=model_floor(model), kv_padding=padding, _memo={})
     return twin, twin_detail(twin.result)
+
+
+class _Keyed:
+    """The run's files, keyed by their folder alone (the stamp says which state of it)."""
+
+    def __init__(self, files: RunFiles) -> None:
+        self.files = files
+
+    def __hash__(self) -> int:
+        return hash(self.files.path.resolve())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Keyed) and (
+            self.files.path.resolve() == other.files.path.resolve()
+        )
+
+
+def _fitted(
+    files: RunFiles,
+    stamp: tuple[tuple[int, int] | None, ...],
+    engine: str | None,
+    limits: EngineLimits,
+    sources: tuple[tuple[str, str], ...],
+    duration_s: float | None,
+) -> Twin:
+    return _fitted_once(_Keyed(files), stamp, engine, limits, sources, duration_s)
+
+
+@functools.lru_cache(maxsize=8)
+def _fitted_once(
+    keyed: _Keyed,
+    stamp: tuple[tuple[int, int] | None, ...],
+    engine: str | None,
+    limits: EngineLimits,
+    sources: tuple[tuple[str, str], ...],
+    duration_s: float | None,
+) -> Twin:
+    """The run's twin, fitted once per process for one state of its files and limits: a
+    tune study fits each trial's in diagnose and again for the forecasts that read it, and
+    the fit is most of what either costs."""
+    files = keyed.files
+    rows = RunDir(files.path).iter_jsonl(REQUESTS_FILE)
+    inputs = TwinInputs(files.summary.levels, rows, engine, limits, dict(sources), duration_s)
+    return fit_twin(inputs)
+
+
+def _stamp(path: Path) -> tuple[tuple[int, int] | None, ...]:
+    """When and how large the files the fit reads were last written (None: absent)."""
+    stamps: list[tuple[int, int] | None] = []
+    for name in (SUMMARY_FILE, REQUESTS_FILE):
+        try:
+            stat = (path / name).stat()
+        except OSError:
+            stamps.append(None)
+            continue
+        stamps.append((stat.st_mtime_ns, stat.st_size))
+    return tuple(stamps)
 
 
 def kv_padding(conf: EngineConfig, model: ModelView, pool: int | None) -> KvPadding | None:
