@@ -51,6 +51,7 @@ PAIRS = (
     (GPU_RUNS, "batch3", "batch3-applied", FindingKind.BATCH_TOKEN_BUDGET),
     (GPU_RUNS, "graphs3", "graphs3-applied", FindingKind.LAUNCH_OVERHEAD),
     (GPU_RUNS, "batch4", "batch4-applied", FindingKind.BATCH_TOKEN_BUDGET),
+    (GPU_RUNS, "batch5", "batch5-applied", FindingKind.BATCH_TOKEN_BUDGET),
 )
 """(folder, planted run, its rerun with the action, the planted kind): the suite's vLLM for
 CPUs, and h200-ref under transformers serve on one H100 (graphs3: one H200; each run's
