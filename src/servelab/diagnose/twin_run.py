@@ -47,8 +47,8 @@ def run_twin(
         for name, setting in settings.items()
     }
     try:
-        twin = _fitted(
-            files,
+        twin = _fitted_once(
+            _Keyed(files),
             _stamp(files.path),
             engine,
             limits,
@@ -76,17 +76,6 @@ class _Keyed:
         return isinstance(other, _Keyed) and (
             self.files.path.resolve() == other.files.path.resolve()
         )
-
-
-def _fitted(
-    files: RunFiles,
-    stamp: tuple[tuple[int, int] | None, ...],
-    engine: str | None,
-    limits: EngineLimits,
-    sources: tuple[tuple[str, str], ...],
-    duration_s: float | None,
-) -> Twin:
-    return _fitted_once(_Keyed(files), stamp, engine, limits, sources, duration_s)
 
 
 @functools.lru_cache(maxsize=8)
