@@ -221,6 +221,56 @@ class Batcher(Generic[T]):
             decode, prefill, context, duration_s + self.step_overhead_s, admitted, preempted
         )
 
+    def decode_stretch(self) -> tuple[list[EngineRequest[T]], int, int]:
+        """The next steps that only decode: the decoders, their context now, and how many
+        steps in a row decode just them, with nobody finishing, admitted or preempted
+        (0 where the next step may do anything else).
+
+        A replay steps through such a stretch with `decode_step_s` and `skip_decodes`
+        instead of planning each step: nothing in it changes but the context. Only
+        without a prefix cache; a waiting request stops it unless it cannot be admitted
+        before someone leaves (the cap is full, or its KV does not fit and the policy's
+        share does not decay, so it only grows)."""
+        if self.prefix_cache is not None or self._partial is not None or not self.running:
+            return [], 0, 0
+        decode: list[EngineRequest[T]] = []
+        context, steps = 0, None
+        for request in self.running:
+            if request.prefilled != request.prompt_tokens + request.recompute_tokens:
+                return [], 0, 0
+            decode.append(request)
+            context += request.prompt_tokens + request.generated
+            left = request.max_tokens - request.generated - 1
+            steps = left if steps is None or left < steps else steps
+        steps = max(steps or 0, 0)
+        if self.waiting and not self._waits_for_a_leaver(self.waiting[0]):
+            return [], 0, 0
+        capacity = self.kv_capacity_tokens
+        if capacity is not None and self.policy.preempts and len(decode) > 1:
+            steps = min(steps, max((capacity - context) // len(decode), 0))
+        return decode, context, steps
+
+    def _waits_for_a_leaver(self, head: EngineRequest[T]) -> bool:
+        """Whether the queue's head cannot be admitted until a running request leaves."""
+        if self.max_running is not None and len(self.running) >= self.max_running:
+            return True
+        capacity = self.kv_capacity_tokens
+        if capacity is None or self.policy.decay_per_step > 0:
+            return False
+        own, committed = self._admission_need(head)
+        return committed + own > self._admission_room(capacity)
+
+    def decode_step_s(self, decode_batch: int, decode_context_tokens: int) -> float:
+        """How long a step that only decodes takes (what `plan` would say)."""
+        return self.step_cost.step_s(decode_batch, decode_context_tokens, 0) + self.step_overhead_s
+
+    def skip_decodes(self, decode: list[EngineRequest[T]], steps: int) -> None:
+        """Apply `steps` steps of a stretch (`decode_stretch`): each decoder has that many
+        more tokens."""
+        for request in decode:
+            request.generated += steps
+        self._steps_since_preemption += steps
+
     def complete(self, step: Step[T]) -> list[EngineRequest[T]]:
         """Apply a step; the requests that received a token, decoders first.
 
@@ -342,19 +392,24 @@ class Batcher(Generic[T]):
             total += ratio * (r.max_tokens - r.generated)
         return round(total)
 
+    def _admission_need(self, request: EngineRequest[T]) -> tuple[int, int]:
+        """The KV a waiting request books for itself, and what running ones have booked
+        (before any prefix-cache hit)."""
+        if not self.policy.preempts:
+            return request.reserved_tokens, self.kv_reserved_tokens
+        remaining = request.max_tokens - request.generated
+        own = request.prefill_target + round(self.policy.admit_reserve * remaining)
+        return own, self._own_commitments()
+
+    def _admission_room(self, capacity: int) -> float:
+        return capacity * (1.0 - self.policy.admit_headroom) if self.running else capacity
+
     def _admit(self, request: EngineRequest[T]) -> bool:
         """Start a waiting request with its prefix-cache hit, if it fits now."""
         if self.max_running is not None and len(self.running) >= self.max_running:
             return False
         cache, blocks = self.prefix_cache, request.blocks
-        books_all = not self.policy.preempts
-        if books_all:
-            own = request.reserved_tokens
-            committed = self.kv_reserved_tokens
-        else:
-            remaining = request.max_tokens - request.generated
-            own = request.prefill_target + round(self.policy.admit_reserve * remaining)
-            committed = self._own_commitments()
+        own, committed = self._admission_need(request)
         shared = 0
         hit: list[CachedBlock] = []
         if cache is not None:
@@ -363,10 +418,8 @@ class Batcher(Generic[T]):
                 own -= cache.block_size * len(hit)
             shared = cache.block_size * (cache.pinned_blocks + cache.free_among(hit))
         capacity = self.kv_capacity_tokens
-        if capacity is not None:
-            room = capacity * (1.0 - self.policy.admit_headroom) if self.running else capacity
-            if committed + shared + own > room:
-                return False
+        if capacity is not None and committed + shared + own > self._admission_room(capacity):
+            return False
         if cache is not None and blocks is not None:
             cache.pin(blocks, hit)
             request.cached_tokens = request.prefilled = cache.block_size * len(hit)

@@ -40,6 +40,9 @@ __all__ = [
 HUBER_K = 1.345
 """Huber's tuning constant: 95% efficiency when the residuals are normal."""
 _IRLS_ROUNDS = 8
+_SETTLED = 1e-4
+"""A round that moves no fitted step by this share of the gaps' robust spread ends the
+rounds: a numerical tolerance, far below any term's standard error."""
 _MAD_TO_SIGMA = 1.4826
 INTERVAL = (5.0, 95.0)
 """Percentiles of the bootstrap draws that bound a term's interval (a 90% interval)."""
@@ -185,16 +188,23 @@ def _rows_by_owner(owner: np.ndarray) -> dict[int, np.ndarray]:
 
 def robust_fit(x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Huber-weighted least squares, terms held at zero where their cost comes out below
-    it (the base is a term like the others: a step never takes negative time)."""
+    it (the base is a term like the others: a step never takes negative time). The rounds
+    stop once no fitted step moves by `_SETTLED` of the gaps' spread: past that a round
+    changes no prediction."""
     active = [j for j in range(x.shape[1]) if np.any(x[:, j] != x[0, j]) or j == 0]
     coef = np.zeros(x.shape[1])
     robust = np.ones_like(y)
+    fitted: np.ndarray | None = None
     for _ in range(_IRLS_ROUNDS):
         coef = nonnegative_fit(x, y, weight * robust, active)
-        residual = y - x @ coef
+        now = x @ coef
+        residual = y - now
         scale = _mad_sigma(residual)
         if scale <= 0:
             break
+        if fitted is not None and np.max(np.abs(now - fitted)) <= _SETTLED * scale:
+            break
+        fitted = now
         z = np.abs(residual) / (HUBER_K * scale)
         robust = np.where(z <= 1.0, 1.0, 1.0 / np.maximum(z, 1e-12))
     return coef
@@ -202,15 +212,29 @@ def robust_fit(x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
 
 def nonnegative_fit(x: np.ndarray, y: np.ndarray, w: np.ndarray, active: list[int]) -> np.ndarray:
     """Weighted least squares over the active columns, dropping the most negative term
-    until none is negative."""
+    until none is negative.
+
+    Each drop solves the same normal equations less a column, so they are formed once:
+    the columns scaled to unit weighted norm (the terms' units differ by orders of
+    magnitude), and solved by least squares, which leaves a direction the rows cannot
+    tell apart at zero as the full solve did."""
     active = list(active)
-    root = np.sqrt(w)
+    coef = np.zeros(x.shape[1])
+    if not active:
+        return coef
+    rows = x * np.sqrt(w)[:, None]
+    norm = np.linalg.norm(rows, axis=0)
+    norm[norm == 0] = 1.0
+    rows /= norm
+    gram = rows.T @ rows
+    moment = rows.T @ (y * np.sqrt(w))
     while True:
         coef = np.zeros(x.shape[1])
         if not active:
             return coef
-        solved, *_ = np.linalg.lstsq(x[:, active] * root[:, None], y * root, rcond=None)
-        coef[active] = solved
+        picked = np.ix_(active, active)
+        solved, *_ = np.linalg.lstsq(gram[picked], moment[active], rcond=None)
+        coef[active] = solved / norm[active]
         worst = min(active, key=lambda j: coef[j])
         if coef[worst] >= 0:
             return coef

@@ -140,6 +140,31 @@ def replay_level(
                 batcher.submit(EngineRequest(request.prompt_tokens, request.output_tokens, request))
             else:  # the engine refuses it: it never gets a token
                 clients.finished(request, now)
+        decode, context, most = batcher.decode_stretch()
+        upcoming = clients.next_arrival()
+        if most and (upcoming is None or now < upcoming):
+            n, taken, ends = len(decode), 0, []
+            while taken < most and (upcoming is None or now < upcoming):
+                last_s = batcher.decode_step_s(n, context)
+                if track_held:
+                    last_held = (1.0, n, context, 0, 0.0)
+                    held = tuple(h + x for h, x in zip(held, last_held, strict=True))
+                most_held = max(most_held, context)
+                steps += 1
+                busy += last_s
+                weighted_batch += n * last_s
+                now += last_s
+                ends.append(now)
+                context += n
+                taken += 1
+            most_decoding = max(most_decoding, n)
+            batcher.skip_decodes(decode, taken)
+            for job in decode:
+                owner = job.owner
+                owner.last_s = now
+                if owner.token_s is not None:
+                    owner.token_s.extend(ends)
+            continue
         step = batcher.plan()
         if step is None:
             upcoming = clients.next_arrival()
