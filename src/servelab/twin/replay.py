@@ -18,6 +18,11 @@ level's own, request by request:
 A request reaches the engine `overhead_s` after it is sent (the HTTP server, the
 tokenizer and the queue into the scheduler, fitted per run), and its tokens are seen
 when their step ends.
+
+Most steps of a closed loop only decode: between one arrival or finish and the next
+nothing changes but the context. Those stretches (`Batcher.decode_stretch`) are stepped
+without planning each step, to the same times bit for bit, which makes a level's replay
+cost its events rather than its tokens times its batch.
 """
 
 from __future__ import annotations
