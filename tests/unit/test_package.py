@@ -36,3 +36,28 @@ def test_console_script_help():
     assert result.returncode == 0
     for command in ("bench", "run", "sim"):
         assert command in result.stdout
+
+
+def test_a_command_imports_only_its_own_modules():
+    """`servelab sim` (every simulated engine a test or trial starts) composes the group
+    with itself alone: none of the benchmark, report or tuning modules are imported."""
+    code = (
+        "import sys; sys.argv = ['servelab', 'sim', '--help']\n"
+        "from servelab.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as exit:\n    assert exit.code == 0, exit.code\n"
+        "heavy = ('servelab.bench.session', 'servelab.report', 'servelab.tune', "
+        "'servelab.diagnose', 'servelab.cli.bench')\n"
+        "print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "Serve /v1/chat/completions" in out.stdout
+    assert out.stderr.strip() == "[]", out.stderr
+
+
+def test_the_whole_group_lists_every_command_in_order():
+    from servelab.cli import app
+    from servelab.cli.group import COMMANDS
+
+    names = [c.name for c in app.registered_commands] + [g.name for g in app.registered_groups]
+    assert names == list(COMMANDS)
