@@ -233,16 +233,11 @@ class Batcher(Generic[T]):
         share does not decay, so it only grows)."""
         if self.prefix_cache is not None or self._partial is not None or not self.running:
             return [], 0, 0
-        decode: list[EngineRequest[T]] = []
-        context, steps = 0, None
-        for request in self.running:
-            if request.prefilled != request.prompt_tokens + request.recompute_tokens:
-                return [], 0, 0
-            decode.append(request)
-            context += request.prompt_tokens + request.generated
-            left = request.max_tokens - request.generated - 1
-            steps = left if steps is None or left < steps else steps
-        steps = max(steps or 0, 0)
+        decode = list(self.running)
+        if any(r.prefilled != r.prefill_target for r in decode):
+            return [], 0, 0
+        context = sum(r.prompt_tokens + r.generated for r in decode)
+        steps = max(min(r.max_tokens - r.generated for r in decode) - 1, 0)
         if self.waiting and not self._waits_for_a_leaver(self.waiting[0]):
             return [], 0, 0
         capacity = self.kv_capacity_tokens

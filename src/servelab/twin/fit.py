@@ -219,15 +219,13 @@ def nonnegative_fit(x: np.ndarray, y: np.ndarray, w: np.ndarray, active: list[in
     magnitude), and solved by least squares, which leaves a direction the rows cannot
     tell apart at zero as the full solve did."""
     active = list(active)
-    coef = np.zeros(x.shape[1])
-    if not active:
-        return coef
-    rows = x * np.sqrt(w)[:, None]
+    root = np.sqrt(w)
+    rows = x * root[:, None]
     norm = np.linalg.norm(rows, axis=0)
     norm[norm == 0] = 1.0
     rows /= norm
     gram = rows.T @ rows
-    moment = rows.T @ (y * np.sqrt(w))
+    moment = rows.T @ (y * root)
     while True:
         coef = np.zeros(x.shape[1])
         if not active:

@@ -172,8 +172,7 @@ def replay_level(
             continue
         step = batcher.plan()
         if step is None:
-            upcoming = clients.next_arrival()
-            if upcoming is None:
+            if upcoming is None:  # plan() sends nobody: the arrival read above stands
                 break
             now = max(now, upcoming)
             last_s = 0.0
